@@ -1,0 +1,60 @@
+//! The closed set of errors the registry reports. The transport maps each to
+//! one gRPC code and one `google.rpc.ErrorInfo` reason; nothing else reaches callers.
+
+/// An input field that failed validation, named by its proto field path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldViolation {
+    pub field: &'static str,
+    pub description: String,
+}
+
+impl FieldViolation {
+    pub fn new(field: &'static str, description: impl Into<String>) -> Self {
+        Self {
+            field,
+            description: description.into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("invalid argument: {}", .0.iter().map(|v| format!("{}: {}", v.field, v.description)).collect::<Vec<_>>().join("; "))]
+    InvalidArgument(Vec<FieldViolation>),
+    #[error("the operation key is registered with different parameters")]
+    ParameterConflict {
+        stored_digest: Vec<u8>,
+        request_digest: Vec<u8>,
+        differing_fields: Vec<String>,
+        /// Set when the parameters match but `compensates` differs.
+        compensates_differs: bool,
+    },
+    #[error("fencing token {presented} is superseded; the current token is {current}")]
+    StaleFencingToken { presented: u64, current: u64 },
+    #[error("fencing token {token} already completed with a different outcome")]
+    AlreadyCompleted { token: u64 },
+    #[error("the lease is held by another owner")]
+    LeaseNotHeld,
+    #[error("the original operation's outcome is not known yet; reconcile it before compensating")]
+    OriginalOutcomeUnknown,
+    #[error("the original operation did not succeed; there is nothing to compensate")]
+    NothingToCompensate,
+    #[error("the original operation is already compensated by {by}")]
+    AlreadyCompensated { by: String },
+    #[error("no such operation")]
+    OperationNotFound,
+    #[error("no such resource")]
+    ResourceNotFound,
+    #[error("the store is unavailable; retry with backoff")]
+    StoreUnavailable,
+    #[error("internal error")]
+    Internal,
+}
+
+impl RegistryError {
+    pub fn invalid(field: &'static str, description: impl Into<String>) -> Self {
+        Self::InvalidArgument(vec![FieldViolation::new(field, description)])
+    }
+}
+
+pub type Result<T, E = RegistryError> = std::result::Result<T, E>;

@@ -1,0 +1,11 @@
+//! The registry's rules, free of transport and SQL: validated inputs, the
+//! state machine, fingerprints, budgets. Everything here is pure.
+
+pub mod claim;
+pub mod commands;
+pub mod complete;
+pub mod error;
+pub mod operation;
+pub mod parameters;
+pub mod policy;
+pub mod text;

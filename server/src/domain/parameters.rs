@@ -1,0 +1,276 @@
+//! Parameter fingerprints: RFC 8785 canonical JSON hashed with SHA-256.
+//!
+//! The rule, shared with every client:
+//! - object members whose value is `null` are dropped, at every depth; `null`
+//!   inside an array is kept;
+//! - members are ordered by the UTF-16 code units of their names;
+//! - numbers are written as ECMAScript's `Number.prototype.toString` writes
+//!   them (`100.0` → `100`, `1e21` → `1e+21`, `-0` → `0`); NaN and ±Infinity
+//!   are invalid;
+//! - strings escape only `"`, `\` and control characters below U+0020;
+//! - the digest is SHA-256 over the UTF-8 bytes of that text.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use prost_types::value::Kind;
+use sha2::{Digest, Sha256};
+
+/// Digest lengths a caller may send in place of parameters.
+pub const CALLER_DIGEST_LEN: std::ops::RangeInclusive<usize> = 16..=64;
+
+/// How an operation's parameters are identified.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fingerprint {
+    pub digest: Vec<u8>,
+    /// The canonical text, when the parameters themselves were given.
+    pub canonical: Option<String>,
+}
+
+impl Fingerprint {
+    /// Canonicalises a Struct; `None` when it holds NaN or an infinity.
+    pub fn from_struct(parameters: &prost_types::Struct) -> Result<Self, NonFiniteNumber> {
+        let canonical = canonical_text(&Json::from_struct(parameters))?;
+        Ok(Self::from_canonical(canonical))
+    }
+
+    pub fn from_canonical(canonical: String) -> Self {
+        Self {
+            digest: Sha256::digest(canonical.as_bytes()).to_vec(),
+            canonical: Some(canonical),
+        }
+    }
+
+    pub fn from_caller_digest(digest: Vec<u8>) -> Self {
+        Self {
+            digest,
+            canonical: None,
+        }
+    }
+}
+
+/// A number that JSON cannot carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("parameters hold NaN or an infinite number")]
+pub struct NonFiniteNumber;
+
+/// The JSON data model the canonical form is defined over.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Json {
+    Null,
+    Bool(bool),
+    Number(f64),
+    String(String),
+    Array(Vec<Json>),
+    Object(BTreeMap<String, Json>),
+}
+
+impl Json {
+    pub fn from_struct(object: &prost_types::Struct) -> Self {
+        Self::Object(
+            object
+                .fields
+                .iter()
+                .map(|(name, value)| (name.clone(), Self::from_value(value)))
+                .collect(),
+        )
+    }
+
+    fn from_value(value: &prost_types::Value) -> Self {
+        match &value.kind {
+            None | Some(Kind::NullValue(_)) => Self::Null,
+            Some(Kind::BoolValue(b)) => Self::Bool(*b),
+            Some(Kind::NumberValue(n)) => Self::Number(*n),
+            Some(Kind::StringValue(s)) => Self::String(s.clone()),
+            Some(Kind::ListValue(list)) => {
+                Self::Array(list.values.iter().map(Self::from_value).collect())
+            }
+            Some(Kind::StructValue(object)) => Self::from_struct(object),
+        }
+    }
+
+    pub fn from_serde(value: &serde_json::Value) -> Self {
+        match value {
+            serde_json::Value::Null => Self::Null,
+            serde_json::Value::Bool(b) => Self::Bool(*b),
+            serde_json::Value::Number(n) => Self::Number(n.as_f64().unwrap_or(f64::NAN)),
+            serde_json::Value::String(s) => Self::String(s.clone()),
+            serde_json::Value::Array(items) => {
+                Self::Array(items.iter().map(Self::from_serde).collect())
+            }
+            serde_json::Value::Object(members) => Self::Object(
+                members
+                    .iter()
+                    .map(|(name, value)| (name.clone(), Self::from_serde(value)))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// The RFC 8785 text of `value`, with null object members dropped.
+pub fn canonical_text(value: &Json) -> Result<String, NonFiniteNumber> {
+    let mut out = String::new();
+    write_value(&mut out, value)?;
+    Ok(out)
+}
+
+fn write_value(out: &mut String, value: &Json) -> Result<(), NonFiniteNumber> {
+    match value {
+        Json::Null => out.push_str("null"),
+        Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Json::Number(n) => write_number(out, *n)?,
+        Json::String(s) => write_string(out, s),
+        Json::Array(items) => {
+            out.push('[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                write_value(out, item)?;
+            }
+            out.push(']');
+        }
+        Json::Object(members) => {
+            out.push('{');
+            for (index, (name, member)) in sorted_members(members).into_iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                write_string(out, name);
+                out.push(':');
+                write_value(out, member)?;
+            }
+            out.push('}');
+        }
+    }
+    Ok(())
+}
+
+/// Non-null members ordered by the UTF-16 code units of their names (RFC 8785 §3.2.3).
+fn sorted_members(members: &BTreeMap<String, Json>) -> Vec<(&String, &Json)> {
+    let mut present: Vec<_> = members
+        .iter()
+        .filter(|(_, value)| !matches!(value, Json::Null))
+        .collect();
+    present.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+    present
+}
+
+fn write_number(out: &mut String, n: f64) -> Result<(), NonFiniteNumber> {
+    if !n.is_finite() {
+        return Err(NonFiniteNumber);
+    }
+    if n == 0.0 {
+        // ECMAScript prints negative zero as "0".
+        out.push('0');
+    } else {
+        out.push_str(ryu_js::Buffer::new().format_finite(n));
+    }
+    Ok(())
+}
+
+fn write_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c < '\u{20}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Top-level member names whose canonical values differ between two canonical
+/// texts (present on one side only counts as different), in canonical order.
+pub fn differing_fields(stored: &str, requested: &str) -> Vec<String> {
+    let (Some(stored), Some(requested)) = (top_level_members(stored), top_level_members(requested))
+    else {
+        return Vec::new();
+    };
+    let mut names: Vec<&String> = stored.keys().chain(requested.keys()).collect();
+    names.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+    names.dedup();
+    names
+        .into_iter()
+        .filter(|name| stored.get(*name) != requested.get(*name))
+        .cloned()
+        .collect()
+}
+
+/// Canonical text of each top-level member of a canonical object.
+fn top_level_members(canonical: &str) -> Option<BTreeMap<String, String>> {
+    let serde_json::Value::Object(members) = serde_json::from_str(canonical).ok()? else {
+        return None;
+    };
+    members
+        .iter()
+        .map(|(name, value)| Some((name.clone(), canonical_text(&Json::from_serde(value)).ok()?)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canonical_of(json: &str) -> String {
+        canonical_text(&Json::from_serde(&serde_json::from_str(json).unwrap())).unwrap()
+    }
+
+    #[test]
+    fn numbers_follow_ecmascript() {
+        assert_eq!(
+            canonical_of("[100.0, 1e21, -0.0, 0.000001, 1e-7, 123456789012345680000]"),
+            "[100,1e+21,0,0.000001,1e-7,123456789012345680000]"
+        );
+    }
+
+    #[test]
+    fn members_sort_by_utf16_and_nulls_drop_outside_arrays() {
+        assert_eq!(
+            canonical_of(
+                r#"{"b":1,"a":{"z":null,"y":[null,2]},"\ud83d\ude00":1,"\ufb33":2,"n":null}"#
+            ),
+            "{\"a\":{\"y\":[null,2]},\"b\":1,\"\u{1f600}\":1,\"\u{fb33}\":2}"
+        );
+    }
+
+    #[test]
+    fn strings_escape_only_what_rfc8785_requires() {
+        assert_eq!(
+            canonical_of(r#""\u0001\n\"\\/é\u2028\u007f""#),
+            "\"\\u0001\\n\\\"\\\\/é\u{2028}\u{7f}\""
+        );
+    }
+
+    #[test]
+    fn non_finite_numbers_are_refused() {
+        assert_eq!(
+            canonical_text(&Json::Number(f64::NAN)),
+            Err(NonFiniteNumber)
+        );
+        assert_eq!(
+            canonical_text(&Json::Array(vec![Json::Number(f64::INFINITY)])),
+            Err(NonFiniteNumber)
+        );
+    }
+
+    #[test]
+    fn differing_fields_names_top_level_members() {
+        let stored = canonical_of(r#"{"amount":100,"account":"A","meta":{"x":1}}"#);
+        let requested = canonical_of(r#"{"amount":101,"account":"A","meta":{"x":2},"extra":true}"#);
+        assert_eq!(
+            differing_fields(&stored, &requested),
+            ["amount", "extra", "meta"]
+        );
+    }
+}

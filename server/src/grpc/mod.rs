@@ -1,0 +1,134 @@
+//! The gRPC transport: thin handlers that convert at the edge, call the
+//! registry, and map its one error type to statuses.
+
+mod requests;
+mod responses;
+mod status;
+
+use opreg_proto::v1 as pb;
+use opreg_proto::v1::operation_registry_server::{OperationRegistry, OperationRegistryServer};
+use tonic::{Request, Response, Status};
+
+use crate::domain::error::RegistryError;
+use crate::registry::Registry;
+
+pub use requests::RequestLimits;
+pub use status::{ERROR_DOMAIN, to_status};
+
+/// `opreg.v1.OperationRegistry` over a [`Registry`].
+#[derive(Clone, Debug)]
+pub struct RegistryService {
+    registry: Registry,
+    limits: RequestLimits,
+}
+
+impl RegistryService {
+    pub fn new(registry: Registry, limits: RequestLimits) -> Self {
+        Self { registry, limits }
+    }
+
+    /// The tonic service, with a decode limit of at least twice the result
+    /// limit so an oversized result is refused as INVALID_ARGUMENT, not by the transport.
+    pub fn into_server(self) -> OperationRegistryServer<Self> {
+        let decode_limit =
+            (self.limits.max_result_bytes.saturating_mul(2)).max(4 << 20) + (64 << 10);
+        OperationRegistryServer::new(self).max_decoding_message_size(decode_limit)
+    }
+}
+
+fn reply<T, U>(
+    result: Result<T, RegistryError>,
+    into: impl FnOnce(T) -> U,
+) -> Result<Response<U>, Status> {
+    result
+        .map(|value| Response::new(into(value)))
+        .map_err(|error| status::to_status(&error))
+}
+
+#[tonic::async_trait]
+impl OperationRegistry for RegistryService {
+    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key))]
+    async fn claim(
+        &self,
+        request: Request<pb::ClaimRequest>,
+    ) -> Result<Response<pb::ClaimResponse>, Status> {
+        let answer = match requests::claim(request.into_inner(), &self.limits) {
+            Ok(command) => self.registry.claim(&command).await,
+            Err(invalid) => Err(invalid),
+        };
+        if let Ok(answer) = &answer {
+            tracing::debug!(outcome = ?answer.outcome, token = answer.operation.fencing_token, "claim");
+        }
+        reply(answer, responses::claim)
+    }
+
+    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, token = request.get_ref().fencing_token))]
+    async fn complete(
+        &self,
+        request: Request<pb::CompleteRequest>,
+    ) -> Result<Response<pb::CompleteResponse>, Status> {
+        let recorded = match requests::complete(request.into_inner(), &self.limits) {
+            Ok(command) => self.registry.complete(&command).await,
+            Err(invalid) => Err(invalid),
+        };
+        reply(recorded, |operation| pb::CompleteResponse {
+            operation: Some(responses::operation(operation)),
+        })
+    }
+
+    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key))]
+    async fn lookup(
+        &self,
+        request: Request<pb::LookupRequest>,
+    ) -> Result<Response<pb::LookupResponse>, Status> {
+        let found = match requests::lookup(request.into_inner()) {
+            Ok(query) => self.registry.lookup(&query).await,
+            Err(invalid) => Err(invalid),
+        };
+        reply(found, |(operation, history)| pb::LookupResponse {
+            operation: Some(responses::operation(operation)),
+            executions: history.into_iter().map(responses::execution).collect(),
+        })
+    }
+
+    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, token = request.get_ref().fencing_token))]
+    async fn renew(
+        &self,
+        request: Request<pb::RenewRequest>,
+    ) -> Result<Response<pb::RenewResponse>, Status> {
+        let renewed = match requests::renew(request.into_inner(), &self.limits) {
+            Ok(command) => self.registry.renew(&command).await,
+            Err(invalid) => Err(invalid),
+        };
+        reply(renewed, |lease| pb::RenewResponse {
+            lease: Some(responses::lease(lease)),
+        })
+    }
+
+    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, resource = %request.get_ref().resource, token = request.get_ref().fencing_token))]
+    async fn fenced_write(
+        &self,
+        request: Request<pb::FencedWriteRequest>,
+    ) -> Result<Response<pb::FencedWriteResponse>, Status> {
+        let written = match requests::fenced_write(request.into_inner(), &self.limits) {
+            Ok(command) => self.registry.fenced_write(&command).await,
+            Err(invalid) => Err(invalid),
+        };
+        reply(written, |(fence, version)| pb::FencedWriteResponse {
+            fence,
+            version,
+        })
+    }
+
+    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, resource = %request.get_ref().resource))]
+    async fn get_resource(
+        &self,
+        request: Request<pb::GetResourceRequest>,
+    ) -> Result<Response<pb::GetResourceResponse>, Status> {
+        let found = match requests::get_resource(request.into_inner()) {
+            Ok(query) => self.registry.get_resource(&query).await,
+            Err(invalid) => Err(invalid),
+        };
+        reply(found, responses::resource)
+    }
+}

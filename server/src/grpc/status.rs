@@ -1,0 +1,86 @@
+//! The one table from registry errors to gRPC statuses: a code, a message
+//! fit for callers, and exactly one `google.rpc.ErrorInfo` (domain "opreg").
+
+use std::collections::HashMap;
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::domain::error::RegistryError;
+
+pub const ERROR_DOMAIN: &str = "opreg";
+
+pub fn to_status(error: &RegistryError) -> Status {
+    let mut metadata = HashMap::new();
+    let (code, reason) = match error {
+        RegistryError::InvalidArgument(_) => (Code::InvalidArgument, "INVALID_ARGUMENT"),
+        RegistryError::ParameterConflict {
+            stored_digest,
+            request_digest,
+            differing_fields,
+            compensates_differs,
+        } => {
+            metadata.insert("storedDigest".into(), hex::encode(stored_digest));
+            metadata.insert("requestDigest".into(), hex::encode(request_digest));
+            metadata.insert("differingFields".into(), differing_fields.join(","));
+            if *compensates_differs {
+                metadata.insert("conflictingField".into(), "compensates".into());
+            }
+            (Code::AlreadyExists, "PARAMETER_CONFLICT")
+        }
+        RegistryError::StaleFencingToken { presented, current } => {
+            metadata.insert("presentedToken".into(), presented.to_string());
+            metadata.insert("currentToken".into(), current.to_string());
+            (Code::Aborted, "STALE_FENCING_TOKEN")
+        }
+        RegistryError::AlreadyCompleted { token } => {
+            metadata.insert("fencingToken".into(), token.to_string());
+            (Code::FailedPrecondition, "ALREADY_COMPLETED")
+        }
+        RegistryError::LeaseNotHeld => (Code::FailedPrecondition, "LEASE_NOT_HELD"),
+        RegistryError::OriginalOutcomeUnknown => {
+            (Code::FailedPrecondition, "ORIGINAL_OUTCOME_UNKNOWN")
+        }
+        RegistryError::NothingToCompensate => (Code::FailedPrecondition, "NOTHING_TO_COMPENSATE"),
+        RegistryError::AlreadyCompensated { by } => {
+            metadata.insert("compensatedBy".into(), by.clone());
+            (Code::FailedPrecondition, "ALREADY_COMPENSATED")
+        }
+        RegistryError::OperationNotFound => (Code::NotFound, "OPERATION_NOT_FOUND"),
+        RegistryError::ResourceNotFound => (Code::NotFound, "RESOURCE_NOT_FOUND"),
+        RegistryError::StoreUnavailable => (Code::Unavailable, "STORE_UNAVAILABLE"),
+        RegistryError::Internal => (Code::Internal, "INTERNAL"),
+    };
+    let mut details = ErrorDetails::new();
+    details.set_error_info(reason, ERROR_DOMAIN, metadata);
+    if let RegistryError::InvalidArgument(violations) = error {
+        for violation in violations {
+            details.add_bad_request_violation(violation.field, &violation.description);
+        }
+    }
+    Status::with_error_details(code, error.to_string(), details)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_carry_one_error_info_and_field_violations() {
+        let status = to_status(&RegistryError::invalid("lease_ttl", "too long"));
+        assert_eq!(status.code(), Code::InvalidArgument);
+        let details = status.get_error_details();
+        assert_eq!(details.error_info().unwrap().reason, "INVALID_ARGUMENT");
+        assert_eq!(
+            details.bad_request().unwrap().field_violations[0].field,
+            "lease_ttl"
+        );
+    }
+
+    #[test]
+    fn store_failures_say_nothing_about_the_database() {
+        let status = to_status(&RegistryError::StoreUnavailable);
+        assert_eq!(status.code(), Code::Unavailable);
+        assert!(!status.message().to_lowercase().contains("sql"));
+    }
+}

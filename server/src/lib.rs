@@ -1,0 +1,16 @@
+//! opreg: an operation registry. Repeated executions of one business operation
+//! converge to one recorded result.
+//!
+//! Layers, outside in: [`grpc`] (transport) → [`registry`] (use cases) →
+//! [`domain`] (pure rules) and [`store`] (SQL). [`app`] wires them;
+//! [`embedded`] runs PostgreSQL when no database is configured.
+
+pub mod app;
+pub mod config;
+pub mod domain;
+pub mod embedded;
+pub mod grpc;
+pub mod registry;
+pub mod shutdown;
+pub mod store;
+pub mod telemetry;

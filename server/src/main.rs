@@ -1,0 +1,97 @@
+//! `opreg-server`: serve the registry until SIGTERM or SIGINT.
+
+use std::process::ExitCode;
+use std::str::FromStr;
+
+use clap::Parser;
+use opreg_server::app::Application;
+use opreg_server::config::Config;
+use opreg_server::embedded::{EmbeddedOptions, EmbeddedPostgres};
+use opreg_server::{shutdown, store, telemetry};
+use sqlx::postgres::PgConnectOptions;
+
+const EMBEDDED_DATABASE: &str = "opreg";
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn main() -> ExitCode {
+    let config = Config::parse();
+    telemetry::init(config.log_format);
+    if let Err(problem) = config.validate() {
+        tracing::error!("invalid configuration: {problem}");
+        return ExitCode::from(2);
+    }
+    // Started on the main thread, which lives as long as the process:
+    // PostgreSQL is signalled to stop when the thread that started it exits.
+    let embedded = match &config.database_url {
+        Some(_) => None,
+        None => match start_embedded(&config) {
+            Ok(embedded) => Some(embedded),
+            Err(error) => {
+                tracing::error!("cannot start the embedded PostgreSQL: {error}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let outcome = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(BoxError::from)
+        .and_then(|runtime| runtime.block_on(serve(&config, embedded.as_ref())));
+    drop(embedded);
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn start_embedded(config: &Config) -> Result<EmbeddedPostgres, BoxError> {
+    let options = EmbeddedOptions {
+        root: config.embedded_root(),
+        bin_dir: config.pg_bin_dir.clone(),
+        ephemeral: false,
+    };
+    tracing::info!(root = %options.root.display(), "starting embedded PostgreSQL");
+    let embedded = EmbeddedPostgres::start(&options)?;
+    tracing::info!(
+        socket_dir = %embedded.socket_dir().display(),
+        log = %embedded.log_file().display(),
+        "embedded PostgreSQL ready (psql -h <socket_dir> -U opreg opreg)"
+    );
+    Ok(embedded)
+}
+
+async fn serve(config: &Config, embedded: Option<&EmbeddedPostgres>) -> Result<(), BoxError> {
+    let options = match (embedded, &config.database_url) {
+        (Some(embedded), _) => {
+            embedded.ensure_database(EMBEDDED_DATABASE).await?;
+            embedded.connect_options(EMBEDDED_DATABASE)
+        }
+        // The URL may hold a password: it is parsed, never logged.
+        (None, Some(url)) => PgConnectOptions::from_str(url)
+            .map_err(|_| "OPREG_DATABASE_URL is not a valid PostgreSQL URL")?,
+        (None, None) => return Err("no database configured".into()),
+    };
+    let pool = store::connect(options, &config.pool_settings()).await?;
+    store::MIGRATOR.run(&pool).await?;
+
+    let app = Application::build(config, pool.clone()).await?;
+    tracing::info!(address = %app.local_addr()?, "opreg serving");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.serve(async {
+        let _ = stopped.await;
+    }));
+    shutdown::signal().await;
+    tracing::info!(grace = ?config.shutdown_grace, "draining in-flight calls");
+    let _ = stop.send(());
+    match tokio::time::timeout(config.shutdown_grace, server).await {
+        Ok(served) => served??,
+        Err(_) => tracing::warn!("drain timed out; abandoning in-flight calls"),
+    }
+    pool.close().await;
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,84 @@
+//! Renew and FencedWrite: the current token is the authority; lease expiry
+//! only permits a takeover, which issues a higher token.
+
+use super::Registry;
+use crate::domain::commands::{FencedWriteCommand, RenewCommand};
+use crate::domain::error::{RegistryError, Result};
+use crate::domain::operation::{Lease, Operation, Status};
+use crate::store::{operations, resources};
+
+impl Registry {
+    pub async fn renew(&self, command: &RenewCommand) -> Result<Lease> {
+        let (namespace, key) = (&command.namespace, &command.operation_key);
+        let renewed = operations::renew(
+            &self.pool,
+            namespace,
+            key,
+            &command.owner,
+            command.fencing_token,
+            command.lease_ttl,
+        )
+        .await?;
+        if let Some(lease) = renewed.as_ref().and_then(Operation::lease) {
+            return Ok(lease);
+        }
+        let current = operations::find(&self.pool, namespace, key)
+            .await?
+            .ok_or(RegistryError::OperationNotFound)?
+            .operation;
+        // The token is checked first: a superseded holder learns it must stop.
+        check_current(&current, command.fencing_token)?;
+        Err(RegistryError::LeaseNotHeld)
+    }
+
+    /// Writes under the operation's row lock, so a write racing a takeover
+    /// either lands before it or is refused after it.
+    pub async fn fenced_write(&self, command: &FencedWriteCommand) -> Result<(u64, u64)> {
+        let (namespace, key, token) = (
+            &command.namespace,
+            &command.operation_key,
+            command.fencing_token,
+        );
+        let mut tx = self.pool.begin().await?;
+        let operation = operations::lock(&mut *tx, namespace, key)
+            .await?
+            .ok_or(RegistryError::OperationNotFound)?
+            .operation;
+        check_current(&operation, token)?;
+        let written = resources::write_fenced(
+            &mut *tx,
+            namespace,
+            &command.resource,
+            key,
+            token,
+            &command.value,
+        )
+        .await?;
+        match written {
+            Some((fence, version)) => {
+                tx.commit().await?;
+                Ok((fence.unsigned_abs(), version.unsigned_abs()))
+            }
+            None => {
+                let fence = resources::find(&mut *tx, namespace, &command.resource)
+                    .await?
+                    .map_or(0, |resource| resource.fence);
+                Err(RegistryError::StaleFencingToken {
+                    presented: token.unsigned_abs(),
+                    current: fence.unsigned_abs(),
+                })
+            }
+        }
+    }
+}
+
+/// Accepts only the operation's current token while it is in progress.
+fn check_current(operation: &Operation, token: i64) -> Result<()> {
+    if operation.fencing_token == token && operation.status == Status::InProgress {
+        return Ok(());
+    }
+    Err(RegistryError::StaleFencingToken {
+        presented: token.unsigned_abs(),
+        current: operation.fencing_token.unsigned_abs(),
+    })
+}

@@ -1,0 +1,51 @@
+//! The use cases: each RPC as a short sequence of store statements around a
+//! pure domain decision. The only layer that knows both the rules and the SQL.
+
+mod claim;
+mod complete;
+mod fencing;
+mod read;
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use crate::domain::claim::ClaimOutcome;
+use crate::domain::operation::{Lease, Operation};
+
+pub use claim::ClaimAnswer;
+
+/// The operation registry over one PostgreSQL database. Cheap to clone; any
+/// number of replicas may serve the same database.
+#[derive(Clone, Debug)]
+pub struct Registry {
+    pool: PgPool,
+}
+
+impl Registry {
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+impl ClaimAnswer {
+    fn new(outcome: ClaimOutcome, operation: Operation, retry_after: Option<Duration>) -> Self {
+        Self {
+            outcome,
+            operation,
+            retry_after,
+        }
+    }
+
+    /// The lease the caller now holds, for the outcomes that ask it to act.
+    pub fn lease(&self) -> Option<Lease> {
+        match self.outcome {
+            ClaimOutcome::Acquired | ClaimOutcome::Reconcile => self.operation.lease(),
+            _ => None,
+        }
+    }
+}

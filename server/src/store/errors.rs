@@ -1,0 +1,46 @@
+//! Driver errors become registry errors here, and only here. Their text is
+//! logged, never returned: callers learn only that the store is unavailable.
+
+use crate::domain::error::RegistryError;
+
+/// SQLSTATE classes and codes that mean "the store cannot answer now".
+const UNAVAILABLE_STATES: &[&str] = &[
+    "08",    // connection exception
+    "53",    // insufficient resources
+    "57",    // operator intervention: shutdown, statement timeout, cancel
+    "40001", // serialization failure
+    "40P01", // deadlock detected
+    "55P03", // lock not available
+];
+
+impl From<sqlx::Error> for RegistryError {
+    fn from(error: sqlx::Error) -> Self {
+        let unavailable = match &error {
+            sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+                UNAVAILABLE_STATES
+                    .iter()
+                    .any(|state| code.starts_with(state))
+            }),
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+            | sqlx::Error::Protocol(_) => true,
+            _ => false,
+        };
+        if unavailable {
+            tracing::warn!(error = %error, "store unavailable");
+            RegistryError::StoreUnavailable
+        } else {
+            tracing::error!(error = %error, "unexpected store error");
+            RegistryError::Internal
+        }
+    }
+}
+
+/// True when `error` violates the unique index or constraint `name`.
+pub fn is_violation_of(error: &sqlx::Error, name: &str) -> bool {
+    matches!(error, sqlx::Error::Database(db)
+        if db.is_unique_violation() && db.constraint() == Some(name))
+}

@@ -1,0 +1,45 @@
+//! PostgreSQL access: every statement the registry runs, one module per table.
+//! Callers see domain records and [`RegistryError`]; SQL and driver errors stay here.
+
+pub mod executions;
+pub mod operations;
+pub mod resources;
+
+mod errors;
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+pub use errors::is_violation_of;
+
+/// The migrations in `migrations/`, embedded at build time.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// How the registry's connection pool is sized.
+#[derive(Clone, Debug)]
+pub struct PoolSettings {
+    pub max_connections: u32,
+    /// How long a request may queue for a connection; it must cover the
+    /// queueing of a many-way race on one key.
+    pub acquire_timeout: Duration,
+    /// Upper bound on any one statement, lock waits included.
+    pub statement_timeout: Duration,
+}
+
+/// Opens the pool. Every session runs in READ COMMITTED: races are settled by
+/// unique constraints and row locks, never by serialization failures.
+pub async fn connect(
+    options: PgConnectOptions,
+    settings: &PoolSettings,
+) -> Result<PgPool, sqlx::Error> {
+    let statement_timeout = format!("{}ms", settings.statement_timeout.as_millis());
+    PgPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(settings.acquire_timeout)
+        .connect_with(options.application_name("opreg").options([
+            ("statement_timeout", statement_timeout.as_str()),
+            ("default_transaction_isolation", "read committed"),
+        ]))
+        .await
+}
