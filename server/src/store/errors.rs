@@ -6,6 +6,8 @@ use crate::domain::error::RegistryError;
 /// SQLSTATE classes and codes that mean "the store cannot answer now".
 const UNAVAILABLE_STATES: &[&str] = &[
     "08",    // connection exception
+    "28",    // invalid authorization: the configured role cannot log in
+    "3D",    // invalid catalog name: the configured database is gone
     "53",    // insufficient resources
     "57",    // operator intervention: shutdown, statement timeout, cancel
     "40001", // serialization failure

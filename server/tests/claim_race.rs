@@ -1,0 +1,146 @@
+//! Registration races: the unique constraint decides, never a check-then-insert.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use opreg_client::proto::ClaimOutcome;
+use serde_json::json;
+use sqlx::Connection;
+
+const NAMESPACE: &str = "payments";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_concurrent_claims_acquire_exactly_once() {
+    let app = spawn_app().await;
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(app.new_client().await);
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..1_000 {
+        let mut client = clients[i % clients.len()].clone();
+        tasks.spawn(async move {
+            let request = claim_request(NAMESPACE, "order-A", &format!("worker-{i}"), json!({"amount": 100}));
+            client.claim(request).await
+        });
+    }
+    let mut counts = std::collections::HashMap::new();
+    while let Some(joined) = tasks.join_next().await {
+        let response = joined.unwrap().expect("no claim fails").into_inner();
+        *counts.entry(outcome(&response)).or_insert(0) += 1;
+    }
+    assert_eq!(counts.get(&ClaimOutcome::Acquired), Some(&1), "{counts:?}");
+    let others: i32 = counts
+        .iter()
+        .filter(|(outcome, _)| matches!(outcome, ClaimOutcome::InProgress | ClaimOutcome::Replayed))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(others, 999, "{counts:?}");
+    assert_eq!(app.count("SELECT count(*) FROM operations").await, 1);
+    assert_eq!(app.count("SELECT count(*) FROM executions").await, 1);
+}
+
+/// Inserts `order-A` on a separate connection and leaves its transaction open.
+async fn uncommitted_registration(app: &TestApp, owner: &str) -> sqlx::PgConnection {
+    let mut tx = sqlx::PgConnection::connect_with(&app.db_options).await.unwrap();
+    sqlx::raw_sql("BEGIN").execute(&mut tx).await.unwrap();
+    let digest = opreg_server::domain::parameters::Fingerprint::from_struct(&opreg_client::parameters(
+        json!({"amount": 100}),
+    ))
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO operations (namespace, operation_key, status, parameters_digest, parameters_canonical,
+             fencing_token, lease_owner, lease_expires_at, attempts, max_attempts, initial_backoff_us,
+             max_backoff_us, deadline_at, created_at, updated_at)
+         VALUES ($1, 'order-A', 'in_progress', $2, $3, nextval('fencing_tokens'), $4,
+             clock_timestamp() + interval '30 seconds', 1, 5, 1000000, 300000000,
+             clock_timestamp() + interval '1 day', clock_timestamp(), clock_timestamp())",
+    )
+    .bind(NAMESPACE)
+    .bind(&digest.digest)
+    .bind(&digest.canonical)
+    .bind(owner)
+    .execute(&mut tx)
+    .await
+    .unwrap();
+    tx
+}
+
+async fn finish(mut tx: sqlx::PgConnection, statement: &'static str) {
+    sqlx::raw_sql(statement).execute(&mut tx).await.unwrap();
+    tx.close().await.unwrap();
+}
+
+/// Waits until a backend of this database is waiting on a lock, as
+/// `pg_stat_activity` shows it: the race is observed, not assumed.
+async fn observe_lock_wait(app: &TestApp) {
+    let database = app.db_options.get_database().unwrap().to_owned();
+    for _ in 0..500 {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = $1 AND wait_event_type = 'Lock' AND query ILIKE '%INSERT INTO operations%'",
+        )
+        .bind(&database)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no claim was observed waiting on the uncommitted registration");
+}
+
+#[tokio::test]
+async fn a_claim_racing_an_uncommitted_registration_waits_then_sees_the_commit() {
+    let app = spawn_app().await;
+    let tx = uncommitted_registration(&app, "worker-1").await;
+    let mut client = app.client.clone();
+    let racing = tokio::spawn(async move {
+        claim(&mut client, claim_request(NAMESPACE, "order-A", "worker-2", json!({"amount": 100}))).await
+    });
+    observe_lock_wait(&app).await;
+    assert!(!racing.is_finished());
+    finish(tx, "COMMIT").await;
+    let response = racing.await.unwrap();
+    assert_eq!(outcome(&response), ClaimOutcome::InProgress);
+    assert_eq!(response.operation.unwrap().lease.unwrap().owner, "worker-1");
+    assert!(response.retry_after.is_some());
+    assert_eq!(app.count("SELECT count(*) FROM operations").await, 1);
+}
+
+#[tokio::test]
+async fn a_claim_racing_an_uncommitted_registration_acquires_after_a_rollback() {
+    let app = spawn_app().await;
+    let tx = uncommitted_registration(&app, "worker-1").await;
+    let mut client = app.client.clone();
+    let racing = tokio::spawn(async move {
+        claim(&mut client, claim_request(NAMESPACE, "order-A", "worker-2", json!({"amount": 100}))).await
+    });
+    observe_lock_wait(&app).await;
+    finish(tx, "ROLLBACK").await;
+    let response = racing.await.unwrap();
+    assert_eq!(outcome(&response), ClaimOutcome::Acquired);
+    assert_eq!(response.lease.unwrap().owner, "worker-2");
+    assert_eq!(app.count("SELECT count(*) FROM operations").await, 1);
+    assert_eq!(app.count("SELECT count(*) FROM executions").await, 1);
+}
+
+#[tokio::test]
+async fn a_racing_claim_with_other_parameters_waits_then_conflicts() {
+    let app = spawn_app().await;
+    let tx = uncommitted_registration(&app, "worker-1").await;
+    let mut client = app.client.clone();
+    let racing = tokio::spawn(async move {
+        client
+            .claim(claim_request(NAMESPACE, "order-A", "worker-2", json!({"amount": 101})))
+            .await
+    });
+    observe_lock_wait(&app).await;
+    finish(tx, "COMMIT").await;
+    let status = assert_error(racing.await.unwrap(), tonic::Code::AlreadyExists, "PARAMETER_CONFLICT");
+    assert_eq!(metadata(&status, "differingFields"), "amount");
+}

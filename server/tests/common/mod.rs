@@ -1,0 +1,267 @@
+//! The test harness: one PostgreSQL per test binary (embedded, or the server
+//! at `DATABASE_URL`), a fresh database per test, and the real opreg server on
+//! 127.0.0.1:0 reached through the generated client.
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use opreg_client::proto::{self as pb, ClaimOutcome};
+use opreg_client::{OperationRegistryClient, error_reason};
+use opreg_server::app::Application;
+use opreg_server::config::Config;
+use opreg_server::embedded::{EmbeddedOptions, EmbeddedPostgres};
+use opreg_server::store;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Connection, PgConnection};
+use tonic::transport::Channel;
+
+pub type Client = OperationRegistryClient<Channel>;
+
+/// A running server over its own database.
+pub struct TestApp {
+    pub client: Client,
+    pub endpoint: String,
+    /// Direct access to the test's database, for assertions.
+    pub db: PgPool,
+    pub db_options: PgConnectOptions,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+pub async fn spawn_app_with(configure: impl FnOnce(&mut Config)) -> TestApp {
+    let db_options = fresh_database().await;
+    let mut config = Config::defaults();
+    config.listen_addr = "127.0.0.1:0".parse().unwrap();
+    configure(&mut config);
+    let pool = store::connect(db_options.clone(), &config.pool_settings()).await.unwrap();
+    store::MIGRATOR.run(&pool).await.unwrap();
+    serve(&config, pool, db_options).await
+}
+
+/// Serves `pool` with `config`; the database options are kept for assertions.
+pub async fn serve(config: &Config, pool: PgPool, db_options: PgConnectOptions) -> TestApp {
+    let app = Application::build(config, pool).await.unwrap();
+    let endpoint = format!("http://{}", app.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(app.serve(async {
+        let _ = stopped.await;
+    }));
+    let client = opreg_client::connect(endpoint.clone()).await.unwrap();
+    let db = PgPoolOptions::new()
+        .max_connections(4)
+        .connect_lazy_with(db_options.clone());
+    TestApp {
+        client,
+        endpoint,
+        db,
+        db_options,
+        _stop: stop,
+    }
+}
+
+impl TestApp {
+    /// Another client with its own HTTP/2 connection.
+    pub async fn new_client(&self) -> Client {
+        opreg_client::connect(self.endpoint.clone()).await.unwrap()
+    }
+
+    pub async fn count(&self, sql: &'static str) -> i64 {
+        sqlx::query_scalar(sql).fetch_one(&self.db).await.unwrap()
+    }
+
+    /// Rows in every table, to prove a refused request wrote nothing.
+    pub async fn row_counts(&self) -> (i64, i64, i64) {
+        sqlx::query_as(
+            "SELECT (SELECT count(*) FROM operations), (SELECT count(*) FROM executions),
+                    (SELECT count(*) FROM resources)",
+        )
+        .fetch_one(&self.db)
+        .await
+        .unwrap()
+    }
+
+    /// Makes the current lease of an operation expire now, by the database clock.
+    pub async fn expire_lease(&self, namespace: &str, key: &str) {
+        let updated = sqlx::query(
+            "UPDATE operations SET lease_expires_at = clock_timestamp() - interval '1 millisecond'
+             WHERE namespace = $1 AND operation_key = $2 AND status = 'in_progress'",
+        )
+        .bind(namespace)
+        .bind(key)
+        .execute(&self.db)
+        .await
+        .unwrap();
+        assert_eq!(updated.rows_affected(), 1, "no live lease to expire");
+    }
+
+    /// Makes a scheduled retry due now.
+    pub async fn make_retry_due(&self, namespace: &str, key: &str) {
+        let updated = sqlx::query(
+            "UPDATE operations SET next_attempt_at = clock_timestamp() - interval '1 millisecond'
+             WHERE namespace = $1 AND operation_key = $2 AND status = 'retry_scheduled'",
+        )
+        .bind(namespace)
+        .bind(key)
+        .execute(&self.db)
+        .await
+        .unwrap();
+        assert_eq!(updated.rows_affected(), 1, "no scheduled retry");
+    }
+}
+
+/// A claim request with the usual fields filled.
+pub fn claim_request(namespace: &str, key: &str, owner: &str, parameters: serde_json::Value) -> pb::ClaimRequest {
+    pb::ClaimRequest {
+        namespace: namespace.into(),
+        operation_key: key.into(),
+        fingerprint: Some(pb::claim_request::Fingerprint::Parameters(opreg_client::parameters(
+            parameters,
+        ))),
+        owner: owner.into(),
+        execution_id: format!("run-{owner}"),
+        ..Default::default()
+    }
+}
+
+pub async fn claim(client: &mut Client, request: pb::ClaimRequest) -> pb::ClaimResponse {
+    client.claim(request).await.unwrap().into_inner()
+}
+
+pub fn outcome(response: &pb::ClaimResponse) -> ClaimOutcome {
+    ClaimOutcome::try_from(response.outcome).unwrap()
+}
+
+pub fn token(response: &pb::ClaimResponse) -> u64 {
+    response.lease.as_ref().expect("a lease").fencing_token
+}
+
+pub fn complete_request(namespace: &str, key: &str, token: u64, outcome: pb::complete_request::Outcome) -> pb::CompleteRequest {
+    pb::CompleteRequest {
+        namespace: namespace.into(),
+        operation_key: key.into(),
+        fencing_token: token,
+        outcome: Some(outcome),
+    }
+}
+
+pub fn success(result: &[u8]) -> pb::complete_request::Outcome {
+    pb::complete_request::Outcome::Success(pb::Success {
+        result: result.to_vec(),
+        result_ref: String::new(),
+    })
+}
+
+pub fn retryable(retry_after: Option<Duration>) -> pb::complete_request::Outcome {
+    pb::complete_request::Outcome::Retryable(pb::RetryableError {
+        error_class: "downstream_timeout".into(),
+        message: "connect timed out".into(),
+        retry_after: retry_after.map(|d| prost_types::Duration {
+            seconds: d.as_secs() as i64,
+            nanos: d.subsec_nanos() as i32,
+        }),
+    })
+}
+
+pub fn unknown(remote_ref: &str) -> pb::complete_request::Outcome {
+    pb::complete_request::Outcome::Unknown(pb::UnknownOutcome {
+        remote_ref: remote_ref.into(),
+        message: "response lost after send".into(),
+    })
+}
+
+/// Asserts a failed call's code and `ErrorInfo.reason`; returns the status.
+pub fn assert_error<T: std::fmt::Debug>(
+    result: Result<T, tonic::Status>,
+    code: tonic::Code,
+    reason: &str,
+) -> tonic::Status {
+    let status = result.expect_err("the call should fail");
+    assert_eq!(status.code(), code, "{status:?}");
+    assert_eq!(error_reason(&status).as_deref(), Some(reason), "{status:?}");
+    status
+}
+
+pub fn metadata(status: &tonic::Status, key: &str) -> String {
+    opreg_client::error_info(status)
+        .and_then(|info| info.metadata.get(key).cloned())
+        .unwrap_or_default()
+}
+
+/// A new, migrated-on-serve database on the shared cluster.
+async fn fresh_database() -> PgConnectOptions {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let admin = cluster_admin_options();
+    let name = format!(
+        "opreg_test_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut connection = PgConnection::connect_with(&admin).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut connection)
+        .await
+        .unwrap();
+    connection.close().await.unwrap();
+    admin.database(&name)
+}
+
+/// The cluster's maintenance database: `DATABASE_URL`, or an embedded cluster
+/// started once per test binary on a thread that lives as long as the process
+/// (PostgreSQL is signalled to stop when that thread, hence the process, exits).
+fn cluster_admin_options() -> PgConnectOptions {
+    static ADMIN: OnceLock<PgConnectOptions> = OnceLock::new();
+    ADMIN
+        .get_or_init(|| {
+            if let Ok(url) = std::env::var("DATABASE_URL") {
+                return url.parse().expect("DATABASE_URL is a PostgreSQL URL");
+            }
+            let (ready, started) = std::sync::mpsc::channel();
+            std::thread::Builder::new()
+                .name("embedded-postgres".into())
+                .spawn(move || {
+                    remove_stale_clusters();
+                    let options = EmbeddedOptions {
+                        root: std::env::temp_dir().join(format!("opreg-test-{}", std::process::id())),
+                        bin_dir: None,
+                        ephemeral: true,
+                    };
+                    match EmbeddedPostgres::start(&options) {
+                        Ok(cluster) => {
+                            ready.send(Ok(cluster.connect_options("postgres"))).unwrap();
+                            loop {
+                                std::thread::park();
+                            }
+                        }
+                        Err(error) => ready.send(Err(error.to_string())).unwrap(),
+                    }
+                })
+                .unwrap();
+            started.recv().unwrap().expect("embedded PostgreSQL starts")
+        })
+        .clone()
+}
+
+/// Data directories of test runs whose process is gone.
+fn remove_stale_clusters() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("opreg-test-") else {
+            continue;
+        };
+        if !std::path::Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+pub fn is_outcome(response: &pb::ClaimResponse, expected: ClaimOutcome) -> bool {
+    outcome(response) == expected
+}
