@@ -22,7 +22,12 @@ async fn a_thousand_concurrent_claims_acquire_exactly_once() {
     for i in 0..1_000 {
         let mut client = clients[i % clients.len()].clone();
         tasks.spawn(async move {
-            let request = claim_request(NAMESPACE, "order-A", &format!("worker-{i}"), json!({"amount": 100}));
+            let request = claim_request(
+                NAMESPACE,
+                "order-A",
+                &format!("worker-{i}"),
+                json!({"amount": 100}),
+            );
             client.claim(request).await
         });
     }
@@ -44,11 +49,13 @@ async fn a_thousand_concurrent_claims_acquire_exactly_once() {
 
 /// Inserts `order-A` on a separate connection and leaves its transaction open.
 async fn uncommitted_registration(app: &TestApp, owner: &str) -> sqlx::PgConnection {
-    let mut tx = sqlx::PgConnection::connect_with(&app.db_options).await.unwrap();
+    let mut tx = sqlx::PgConnection::connect_with(&app.db_options)
+        .await
+        .unwrap();
     sqlx::raw_sql("BEGIN").execute(&mut tx).await.unwrap();
-    let digest = opreg_server::domain::parameters::Fingerprint::from_struct(&opreg_client::parameters(
-        json!({"amount": 100}),
-    ))
+    let digest = opreg_server::domain::parameters::Fingerprint::from_struct(
+        &opreg_client::parameters(json!({"amount": 100})),
+    )
     .unwrap();
     sqlx::query(
         "INSERT INTO operations (namespace, operation_key, status, parameters_digest, parameters_canonical,
@@ -100,7 +107,11 @@ async fn a_claim_racing_an_uncommitted_registration_waits_then_sees_the_commit()
     let tx = uncommitted_registration(&app, "worker-1").await;
     let mut client = app.client.clone();
     let racing = tokio::spawn(async move {
-        claim(&mut client, claim_request(NAMESPACE, "order-A", "worker-2", json!({"amount": 100}))).await
+        claim(
+            &mut client,
+            claim_request(NAMESPACE, "order-A", "worker-2", json!({"amount": 100})),
+        )
+        .await
     });
     observe_lock_wait(&app).await;
     assert!(!racing.is_finished());
@@ -118,7 +129,11 @@ async fn a_claim_racing_an_uncommitted_registration_acquires_after_a_rollback() 
     let tx = uncommitted_registration(&app, "worker-1").await;
     let mut client = app.client.clone();
     let racing = tokio::spawn(async move {
-        claim(&mut client, claim_request(NAMESPACE, "order-A", "worker-2", json!({"amount": 100}))).await
+        claim(
+            &mut client,
+            claim_request(NAMESPACE, "order-A", "worker-2", json!({"amount": 100})),
+        )
+        .await
     });
     observe_lock_wait(&app).await;
     finish(tx, "ROLLBACK").await;
@@ -136,11 +151,20 @@ async fn a_racing_claim_with_other_parameters_waits_then_conflicts() {
     let mut client = app.client.clone();
     let racing = tokio::spawn(async move {
         client
-            .claim(claim_request(NAMESPACE, "order-A", "worker-2", json!({"amount": 101})))
+            .claim(claim_request(
+                NAMESPACE,
+                "order-A",
+                "worker-2",
+                json!({"amount": 101}),
+            ))
             .await
     });
     observe_lock_wait(&app).await;
     finish(tx, "COMMIT").await;
-    let status = assert_error(racing.await.unwrap(), tonic::Code::AlreadyExists, "PARAMETER_CONFLICT");
+    let status = assert_error(
+        racing.await.unwrap(),
+        tonic::Code::AlreadyExists,
+        "PARAMETER_CONFLICT",
+    );
     assert_eq!(metadata(&status, "differingFields"), "amount");
 }

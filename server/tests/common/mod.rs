@@ -38,7 +38,9 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Config)) -> TestApp {
     let mut config = Config::defaults();
     config.listen_addr = "127.0.0.1:0".parse().unwrap();
     configure(&mut config);
-    let pool = store::connect(db_options.clone(), &config.pool_settings()).await.unwrap();
+    let pool = store::connect(db_options.clone(), &config.pool_settings())
+        .await
+        .unwrap();
     store::MIGRATOR.run(&pool).await.unwrap();
     serve(&config, pool, db_options).await
 }
@@ -99,6 +101,19 @@ impl TestApp {
         assert_eq!(updated.rows_affected(), 1, "no live lease to expire");
     }
 
+    /// Moves a scheduled retry `by` later than now, by the database clock.
+    pub async fn push_due_time(&self, key: &str, by: Duration) {
+        sqlx::query(
+            "UPDATE operations SET next_attempt_at = clock_timestamp() + $2 * interval '1 second'
+             WHERE operation_key = $1 AND status = 'retry_scheduled'",
+        )
+        .bind(key)
+        .bind(by.as_secs_f64())
+        .execute(&self.db)
+        .await
+        .unwrap();
+    }
+
     /// Makes a scheduled retry due now.
     pub async fn make_retry_due(&self, namespace: &str, key: &str) {
         let updated = sqlx::query(
@@ -115,13 +130,18 @@ impl TestApp {
 }
 
 /// A claim request with the usual fields filled.
-pub fn claim_request(namespace: &str, key: &str, owner: &str, parameters: serde_json::Value) -> pb::ClaimRequest {
+pub fn claim_request(
+    namespace: &str,
+    key: &str,
+    owner: &str,
+    parameters: serde_json::Value,
+) -> pb::ClaimRequest {
     pb::ClaimRequest {
         namespace: namespace.into(),
         operation_key: key.into(),
-        fingerprint: Some(pb::claim_request::Fingerprint::Parameters(opreg_client::parameters(
-            parameters,
-        ))),
+        fingerprint: Some(pb::claim_request::Fingerprint::Parameters(
+            opreg_client::parameters(parameters),
+        )),
         owner: owner.into(),
         execution_id: format!("run-{owner}"),
         ..Default::default()
@@ -140,7 +160,12 @@ pub fn token(response: &pb::ClaimResponse) -> u64 {
     response.lease.as_ref().expect("a lease").fencing_token
 }
 
-pub fn complete_request(namespace: &str, key: &str, token: u64, outcome: pb::complete_request::Outcome) -> pb::CompleteRequest {
+pub fn complete_request(
+    namespace: &str,
+    key: &str,
+    token: u64,
+    outcome: pb::complete_request::Outcome,
+) -> pb::CompleteRequest {
     pb::CompleteRequest {
         namespace: namespace.into(),
         operation_key: key.into(),
@@ -226,7 +251,8 @@ fn cluster_admin_options() -> PgConnectOptions {
                 .spawn(move || {
                     remove_stale_clusters();
                     let options = EmbeddedOptions {
-                        root: std::env::temp_dir().join(format!("opreg-test-{}", std::process::id())),
+                        root: std::env::temp_dir()
+                            .join(format!("opreg-test-{}", std::process::id())),
                         bin_dir: None,
                         ephemeral: true,
                     };
