@@ -19,7 +19,12 @@ fn compensation(key: &str, original: &str, owner: &str) -> pb::ClaimRequest {
 async fn succeeded(client: &mut Client, key: &str) {
     let claimed = claim(client, claim_request(NS, key, "w", json!({"debit": 100}))).await;
     client
-        .complete(complete_request(NS, key, token(&claimed), success(b"debited")))
+        .complete(complete_request(
+            NS,
+            key,
+            token(&claimed),
+            success(b"debited"),
+        ))
         .await
         .unwrap();
 }
@@ -33,7 +38,12 @@ async fn a_succeeded_operation_is_compensated_once_and_linked() {
     assert_eq!(outcome(&refund), ClaimOutcome::Acquired);
     assert_eq!(refund.operation.clone().unwrap().compensates, "order-A");
     client
-        .complete(complete_request(NS, "refund:order-A", token(&refund), success(b"refunded")))
+        .complete(complete_request(
+            NS,
+            "refund:order-A",
+            token(&refund),
+            success(b"refunded"),
+        ))
         .await
         .unwrap();
 
@@ -42,7 +52,9 @@ async fn a_succeeded_operation_is_compensated_once_and_linked() {
     assert_eq!(outcome(&again), ClaimOutcome::Replayed);
     // A second, different compensation of the same original is refused.
     let status = assert_error(
-        client.claim(compensation("refund-2:order-A", "order-A", "w")).await,
+        client
+            .claim(compensation("refund-2:order-A", "order-A", "w"))
+            .await,
         Code::FailedPrecondition,
         "ALREADY_COMPENSATED",
     );
@@ -60,7 +72,11 @@ async fn a_succeeded_operation_is_compensated_once_and_linked() {
         .operation
         .unwrap();
     assert_eq!(original.compensated_by, "refund:order-A");
-    assert_eq!(app.count("SELECT count(*) FROM operations WHERE compensates IS NOT NULL").await, 1);
+    assert_eq!(
+        app.count("SELECT count(*) FROM operations WHERE compensates IS NOT NULL")
+            .await,
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -71,7 +87,11 @@ async fn racing_compensations_of_one_original_register_exactly_one() {
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..100 {
         let mut client = app.new_client().await;
-        tasks.spawn(async move { client.claim(compensation(&format!("refund-{i}"), "order-A", "w")).await });
+        tasks.spawn(async move {
+            client
+                .claim(compensation(&format!("refund-{i}"), "order-A", "w"))
+                .await
+        });
     }
     let (mut acquired, mut refused) = (0, 0);
     while let Some(joined) = tasks.join_next().await {
@@ -81,13 +101,20 @@ async fn racing_compensations_of_one_original_register_exactly_one() {
                 acquired += 1;
             }
             Err(status) => {
-                assert_eq!(opreg_client::error_reason(&status).as_deref(), Some("ALREADY_COMPENSATED"));
+                assert_eq!(
+                    opreg_client::error_reason(&status).as_deref(),
+                    Some("ALREADY_COMPENSATED")
+                );
                 refused += 1;
             }
         }
     }
     assert_eq!((acquired, refused), (1, 99));
-    assert_eq!(app.count("SELECT count(*) FROM operations WHERE compensates = 'order-A'").await, 1);
+    assert_eq!(
+        app.count("SELECT count(*) FROM operations WHERE compensates = 'order-A'")
+            .await,
+        1
+    );
     assert_eq!(
         app.count("SELECT count(*) FROM operations o JOIN operations c ON c.operation_key = o.compensated_by WHERE o.operation_key = 'order-A'").await,
         1
@@ -99,7 +126,9 @@ async fn only_a_known_success_can_be_compensated() {
     let app = spawn_app().await;
     let mut client = app.client.clone();
     assert_error(
-        client.claim(compensation("refund:missing", "missing", "w")).await,
+        client
+            .claim(compensation("refund:missing", "missing", "w"))
+            .await,
         Code::FailedPrecondition,
         "NOTHING_TO_COMPENSATE",
     );
@@ -109,26 +138,51 @@ async fn only_a_known_success_can_be_compensated() {
         code: "DECLINED".into(),
         message: String::new(),
     });
-    client.complete(complete_request(NS, "failed", token(&failed), failure)).await.unwrap();
+    client
+        .complete(complete_request(NS, "failed", token(&failed), failure))
+        .await
+        .unwrap();
     assert_error(
-        client.claim(compensation("refund:failed", "failed", "w")).await,
+        client
+            .claim(compensation("refund:failed", "failed", "w"))
+            .await,
         Code::FailedPrecondition,
         "NOTHING_TO_COMPENSATE",
     );
 
     let unsure = claim(&mut client, claim_request(NS, "unsure", "w", json!({}))).await;
-    client.complete(complete_request(NS, "unsure", token(&unsure), unknown("psp-1"))).await.unwrap();
+    client
+        .complete(complete_request(
+            NS,
+            "unsure",
+            token(&unsure),
+            unknown("psp-1"),
+        ))
+        .await
+        .unwrap();
     assert_error(
-        client.claim(compensation("refund:unsure", "unsure", "w")).await,
+        client
+            .claim(compensation("refund:unsure", "unsure", "w"))
+            .await,
         Code::FailedPrecondition,
         "ORIGINAL_OUTCOME_UNKNOWN",
     );
     // Still unknown while a reconcile lease is held.
-    claim(&mut client, claim_request(NS, "unsure", "reconciler", json!({}))).await;
+    claim(
+        &mut client,
+        claim_request(NS, "unsure", "reconciler", json!({})),
+    )
+    .await;
     assert_error(
-        client.claim(compensation("refund:unsure", "unsure", "w")).await,
+        client
+            .claim(compensation("refund:unsure", "unsure", "w"))
+            .await,
         Code::FailedPrecondition,
         "ORIGINAL_OUTCOME_UNKNOWN",
     );
-    assert_eq!(app.count("SELECT count(*) FROM operations WHERE compensates IS NOT NULL").await, 0);
+    assert_eq!(
+        app.count("SELECT count(*) FROM operations WHERE compensates IS NOT NULL")
+            .await,
+        0
+    );
 }

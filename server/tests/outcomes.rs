@@ -184,7 +184,7 @@ async fn a_takeover_past_the_budget_is_dead_not_acquired() {
     app.expire_lease(NS, "p").await;
     let taken = claim(
         &mut client,
-        with_policy("p", "other", request.retry_policy.clone().unwrap()),
+        with_policy("p", "other", request.retry_policy.unwrap()),
     )
     .await;
     assert_eq!(outcome(&taken), ClaimOutcome::Dead);
