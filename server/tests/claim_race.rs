@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use opreg_client::proto::ClaimOutcome;
+use opreg_client::proto::{self as pb, ClaimOutcome};
 use serde_json::json;
 use sqlx::Connection;
 
@@ -101,22 +101,33 @@ async fn observe_lock_wait(app: &TestApp) {
     panic!("no claim was observed waiting on the uncommitted registration");
 }
 
+type RacingClaim =
+    tokio::task::JoinHandle<Result<tonic::Response<pb::ClaimResponse>, tonic::Status>>;
+
+/// Registers `order-A` in an open transaction, then starts a Claim of it with
+/// `amount` and waits until PostgreSQL shows that Claim waiting on the lock.
+async fn claim_racing_an_uncommitted_registration(
+    app: &TestApp,
+    amount: u32,
+) -> (sqlx::PgConnection, RacingClaim) {
+    let tx = uncommitted_registration(app, "worker-1").await;
+    let mut client = app.client.clone();
+    let request = claim_request(NAMESPACE, "order-A", "worker-2", json!({"amount": amount}));
+    let racing = tokio::spawn(async move { client.claim(request).await });
+    observe_lock_wait(app).await;
+    assert!(
+        !racing.is_finished(),
+        "the claim must wait for the registration"
+    );
+    (tx, racing)
+}
+
 #[tokio::test]
 async fn a_claim_racing_an_uncommitted_registration_waits_then_sees_the_commit() {
     let app = spawn_app().await;
-    let tx = uncommitted_registration(&app, "worker-1").await;
-    let mut client = app.client.clone();
-    let racing = tokio::spawn(async move {
-        claim(
-            &mut client,
-            claim_request(NAMESPACE, "order-A", "worker-2", json!({"amount": 100})),
-        )
-        .await
-    });
-    observe_lock_wait(&app).await;
-    assert!(!racing.is_finished());
+    let (tx, racing) = claim_racing_an_uncommitted_registration(&app, 100).await;
     finish(tx, "COMMIT").await;
-    let response = racing.await.unwrap();
+    let response = racing.await.unwrap().unwrap().into_inner();
     assert_eq!(outcome(&response), ClaimOutcome::InProgress);
     assert_eq!(response.operation.unwrap().lease.unwrap().owner, "worker-1");
     assert!(response.retry_after.is_some());
@@ -126,18 +137,9 @@ async fn a_claim_racing_an_uncommitted_registration_waits_then_sees_the_commit()
 #[tokio::test]
 async fn a_claim_racing_an_uncommitted_registration_acquires_after_a_rollback() {
     let app = spawn_app().await;
-    let tx = uncommitted_registration(&app, "worker-1").await;
-    let mut client = app.client.clone();
-    let racing = tokio::spawn(async move {
-        claim(
-            &mut client,
-            claim_request(NAMESPACE, "order-A", "worker-2", json!({"amount": 100})),
-        )
-        .await
-    });
-    observe_lock_wait(&app).await;
+    let (tx, racing) = claim_racing_an_uncommitted_registration(&app, 100).await;
     finish(tx, "ROLLBACK").await;
-    let response = racing.await.unwrap();
+    let response = racing.await.unwrap().unwrap().into_inner();
     assert_eq!(outcome(&response), ClaimOutcome::Acquired);
     assert_eq!(response.lease.unwrap().owner, "worker-2");
     assert_eq!(app.count("SELECT count(*) FROM operations").await, 1);
@@ -147,19 +149,7 @@ async fn a_claim_racing_an_uncommitted_registration_acquires_after_a_rollback() 
 #[tokio::test]
 async fn a_racing_claim_with_other_parameters_waits_then_conflicts() {
     let app = spawn_app().await;
-    let tx = uncommitted_registration(&app, "worker-1").await;
-    let mut client = app.client.clone();
-    let racing = tokio::spawn(async move {
-        client
-            .claim(claim_request(
-                NAMESPACE,
-                "order-A",
-                "worker-2",
-                json!({"amount": 101}),
-            ))
-            .await
-    });
-    observe_lock_wait(&app).await;
+    let (tx, racing) = claim_racing_an_uncommitted_registration(&app, 101).await;
     finish(tx, "COMMIT").await;
     let status = assert_error(
         racing.await.unwrap(),

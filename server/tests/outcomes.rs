@@ -14,22 +14,31 @@ use tonic::Code;
 
 const NS: &str = "payouts";
 
-fn policy(
-    max_attempts: u32,
-    initial: Duration,
-    max: Duration,
-    deadline: Duration,
-) -> pb::RetryPolicy {
-    let d = |d: Duration| prost_types::Duration {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
+/// A retry policy: backoffs in milliseconds, the deadline in seconds.
+fn policy(max_attempts: u32, initial_ms: i32, max_ms: i32, deadline_s: i64) -> pb::RetryPolicy {
+    let ms = |ms: i32| prost_types::Duration {
+        seconds: i64::from(ms / 1_000),
+        nanos: (ms % 1_000) * 1_000_000,
     };
     pb::RetryPolicy {
         max_attempts,
-        initial_backoff: Some(d(initial)),
-        max_backoff: Some(d(max)),
-        deadline: Some(d(deadline)),
+        initial_backoff: Some(ms(initial_ms)),
+        max_backoff: Some(ms(max_ms)),
+        deadline: Some(prost_types::Duration {
+            seconds: deadline_s,
+            nanos: 0,
+        }),
     }
+}
+
+/// Registers `p` under `policy` and fails its first attempt retryably.
+async fn fail_first_attempt(
+    client: &mut Client,
+    policy: pb::RetryPolicy,
+    retry_after: Option<Duration>,
+) -> pb::Operation {
+    let first = claim(client, with_policy("p", "w", policy)).await;
+    complete(client, "p", token(&first), retryable(retry_after)).await
 }
 
 fn with_policy(key: &str, owner: &str, policy: pb::RetryPolicy) -> pb::ClaimRequest {
@@ -74,12 +83,7 @@ fn seconds(timestamp: &prost_types::Timestamp) -> f64 {
 async fn a_retryable_failure_waits_for_its_backoff_then_acquires() {
     let app = spawn_app().await;
     let mut client = app.client.clone();
-    let hour = Duration::from_secs(3_600);
-    let request = with_policy(
-        "p1",
-        "w",
-        policy(3, Duration::from_secs(10), Duration::from_secs(20), hour),
-    );
+    let request = with_policy("p1", "w", policy(3, 10_000, 20_000, 3_600));
     let first = claim(&mut client, request.clone()).await;
     let failed = complete(&mut client, "p1", token(&first), retryable(None)).await;
     assert_eq!(failed.status(), OperationStatus::RetryScheduled);
@@ -114,23 +118,11 @@ async fn a_retryable_failure_waits_for_its_backoff_then_acquires() {
 #[tokio::test]
 async fn pushback_is_honoured_beyond_max_backoff() {
     let app = spawn_app().await;
-    let mut client = app.client.clone();
-    let request = with_policy(
-        "p",
-        "w",
-        policy(
-            3,
-            Duration::from_secs(1),
-            Duration::from_secs(2),
-            Duration::from_secs(3_600),
-        ),
-    );
-    let first = claim(&mut client, request).await;
-    let op = complete(
-        &mut client,
-        "p",
-        token(&first),
-        retryable(Some(Duration::from_millis(600_500))),
+    let pushback = Some(Duration::from_millis(600_500));
+    let op = fail_first_attempt(
+        &mut app.client.clone(),
+        policy(3, 1_000, 2_000, 3_600),
+        pushback,
     )
     .await;
     let delay =
@@ -142,16 +134,7 @@ async fn pushback_is_honoured_beyond_max_backoff() {
 async fn the_budget_runs_out_into_dead() {
     let app = spawn_app().await;
     let mut client = app.client.clone();
-    let request = with_policy(
-        "p",
-        "w",
-        policy(
-            2,
-            Duration::from_millis(1),
-            Duration::from_millis(1),
-            Duration::from_secs(3_600),
-        ),
-    );
+    let request = with_policy("p", "w", policy(2, 1, 1, 3_600));
     let first = claim(&mut client, request.clone()).await;
     complete(&mut client, "p", token(&first), retryable(None)).await;
     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -170,16 +153,7 @@ async fn the_budget_runs_out_into_dead() {
 async fn a_takeover_past_the_budget_is_dead_not_acquired() {
     let app = spawn_app().await;
     let mut client = app.client.clone();
-    let request = with_policy(
-        "p",
-        "w",
-        policy(
-            1,
-            Duration::from_secs(1),
-            Duration::from_secs(1),
-            Duration::from_secs(3_600),
-        ),
-    );
+    let request = with_policy("p", "w", policy(1, 1_000, 1_000, 3_600));
     claim(&mut client, request.clone()).await;
     app.expire_lease(NS, "p").await;
     let taken = claim(
@@ -196,23 +170,11 @@ async fn a_takeover_past_the_budget_is_dead_not_acquired() {
 #[tokio::test]
 async fn a_retry_past_the_deadline_is_dead() {
     let app = spawn_app().await;
-    let mut client = app.client.clone();
-    let request = with_policy(
-        "p",
-        "w",
-        policy(
-            5,
-            Duration::from_secs(1),
-            Duration::from_secs(1),
-            Duration::from_secs(30),
-        ),
-    );
-    let first = claim(&mut client, request).await;
-    let op = complete(
-        &mut client,
-        "p",
-        token(&first),
-        retryable(Some(Duration::from_secs(31))),
+    let pushback = Some(Duration::from_secs(31));
+    let op = fail_first_attempt(
+        &mut app.client.clone(),
+        policy(5, 1_000, 1_000, 30),
+        pushback,
     )
     .await;
     assert_eq!(op.status(), OperationStatus::Dead);

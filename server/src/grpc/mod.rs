@@ -47,17 +47,26 @@ fn reply<T, U>(
 
 #[tonic::async_trait]
 impl OperationRegistry for RegistryService {
-    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key))]
+    #[tracing::instrument(skip_all, fields(
+        namespace = %request.get_ref().namespace,
+        key = %request.get_ref().operation_key,
+        outcome = tracing::field::Empty,
+        token = tracing::field::Empty,
+    ))]
     async fn claim(
         &self,
         request: Request<pb::ClaimRequest>,
     ) -> Result<Response<pb::ClaimResponse>, Status> {
-        let answer = match requests::claim(request.into_inner(), &self.limits) {
-            Ok(command) => self.registry.claim(&command).await,
-            Err(invalid) => Err(invalid),
-        };
+        let answer = async {
+            self.registry
+                .claim(&requests::claim(request.into_inner(), &self.limits)?)
+                .await
+        }
+        .await;
         if let Ok(answer) = &answer {
-            tracing::debug!(outcome = ?answer.outcome, token = answer.operation.fencing_token, "claim");
+            let span = tracing::Span::current();
+            span.record("outcome", tracing::field::debug(answer.outcome));
+            span.record("token", answer.operation.fencing_token);
         }
         reply(answer, responses::claim)
     }
@@ -67,10 +76,12 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
-        let recorded = match requests::complete(request.into_inner(), &self.limits) {
-            Ok(command) => self.registry.complete(&command).await,
-            Err(invalid) => Err(invalid),
-        };
+        let recorded = async {
+            self.registry
+                .complete(&requests::complete(request.into_inner(), &self.limits)?)
+                .await
+        }
+        .await;
         reply(recorded, |operation| pb::CompleteResponse {
             operation: Some(responses::operation(operation)),
         })
@@ -81,10 +92,12 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::LookupRequest>,
     ) -> Result<Response<pb::LookupResponse>, Status> {
-        let found = match requests::lookup(request.into_inner()) {
-            Ok(query) => self.registry.lookup(&query).await,
-            Err(invalid) => Err(invalid),
-        };
+        let found = async {
+            self.registry
+                .lookup(&requests::lookup(request.into_inner())?)
+                .await
+        }
+        .await;
         reply(found, |(operation, history)| pb::LookupResponse {
             operation: Some(responses::operation(operation)),
             executions: history.into_iter().map(responses::execution).collect(),
@@ -96,10 +109,12 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::RenewResponse>, Status> {
-        let renewed = match requests::renew(request.into_inner(), &self.limits) {
-            Ok(command) => self.registry.renew(&command).await,
-            Err(invalid) => Err(invalid),
-        };
+        let renewed = async {
+            self.registry
+                .renew(&requests::renew(request.into_inner(), &self.limits)?)
+                .await
+        }
+        .await;
         reply(renewed, |lease| pb::RenewResponse {
             lease: Some(responses::lease(lease)),
         })
@@ -110,10 +125,12 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::FencedWriteRequest>,
     ) -> Result<Response<pb::FencedWriteResponse>, Status> {
-        let written = match requests::fenced_write(request.into_inner(), &self.limits) {
-            Ok(command) => self.registry.fenced_write(&command).await,
-            Err(invalid) => Err(invalid),
-        };
+        let written = async {
+            self.registry
+                .fenced_write(&requests::fenced_write(request.into_inner(), &self.limits)?)
+                .await
+        }
+        .await;
         reply(written, |(fence, version)| pb::FencedWriteResponse {
             fence,
             version,
@@ -125,10 +142,12 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::GetResourceRequest>,
     ) -> Result<Response<pb::GetResourceResponse>, Status> {
-        let found = match requests::get_resource(request.into_inner()) {
-            Ok(query) => self.registry.get_resource(&query).await,
-            Err(invalid) => Err(invalid),
-        };
+        let found = async {
+            self.registry
+                .get_resource(&requests::get_resource(request.into_inner())?)
+                .await
+        }
+        .await;
         reply(found, responses::resource)
     }
 }

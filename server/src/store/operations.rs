@@ -86,6 +86,14 @@ pub async fn insert_new(
     .await
 }
 
+/// Reads an operation with the database clock.
+macro_rules! select_observed {
+    () => {
+        "SELECT *, clock_timestamp() AS db_now FROM operations
+         WHERE namespace = $1 AND operation_key = $2"
+    };
+}
+
 /// Reads an operation and the database clock. A separate statement from any
 /// insert, so in READ COMMITTED it sees what a racing registration committed.
 pub async fn find(
@@ -93,14 +101,7 @@ pub async fn find(
     namespace: &str,
     operation_key: &str,
 ) -> sqlx::Result<Option<Observed>> {
-    sqlx::query_as(
-        "SELECT *, clock_timestamp() AS db_now FROM operations
-         WHERE namespace = $1 AND operation_key = $2",
-    )
-    .bind(namespace)
-    .bind(operation_key)
-    .fetch_optional(db)
-    .await
+    observe(db, select_observed!(), namespace, operation_key).await
 }
 
 /// Like [`find`], and locks the row until the transaction ends, ordering this
@@ -110,15 +111,26 @@ pub async fn lock(
     namespace: &str,
     operation_key: &str,
 ) -> sqlx::Result<Option<Observed>> {
-    sqlx::query_as(
-        "SELECT *, clock_timestamp() AS db_now FROM operations
-         WHERE namespace = $1 AND operation_key = $2
-         FOR UPDATE",
+    observe(
+        db,
+        concat!(select_observed!(), " FOR UPDATE"),
+        namespace,
+        operation_key,
     )
-    .bind(namespace)
-    .bind(operation_key)
-    .fetch_optional(db)
     .await
+}
+
+async fn observe(
+    db: impl PgExecutor<'_>,
+    sql: &'static str,
+    namespace: &str,
+    operation_key: &str,
+) -> sqlx::Result<Option<Observed>> {
+    sqlx::query_as(sql)
+        .bind(namespace)
+        .bind(operation_key)
+        .fetch_optional(db)
+        .await
 }
 
 /// The guard of a transition out of an observed state: the row still holds the
