@@ -207,9 +207,17 @@ fn initdb(
         .output()
         .map_err(io_error("running initdb"))?;
     if !output.status.success() {
+        let mut detail = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+        if let Some(user) = run_as.user_name() {
+            detail.push_str(&format!(
+                " (PostgreSQL runs as {user} because opreg runs as root; {user} must be able to \
+                 traverse every parent directory of {})",
+                data_dir.display()
+            ));
+        }
         return Err(EmbeddedError::Failed {
             step: "initdb",
-            detail: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+            detail,
         });
     }
     Ok(())

@@ -18,22 +18,34 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// The user PostgreSQL runs as: this process's own, or a system user when root.
 #[derive(Clone, Copy, Debug)]
 pub struct RunAs {
-    ids: Option<(u32, u32)>,
+    user: Option<SystemUser>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct SystemUser {
+    name: &'static str,
+    uid: u32,
+    gid: u32,
 }
 
 impl RunAs {
     pub fn for_postgres() -> Self {
-        let ids = is_root()
+        let user = is_root()
             .then(|| system_user(&["postgres", "nobody"]))
             .flatten();
-        Self { ids }
+        Self { user }
+    }
+
+    /// The user PostgreSQL runs as, when it is not this process's own.
+    pub fn user_name(&self) -> Option<&'static str> {
+        self.user.map(|user| user.name)
     }
 
     /// Hands `path` to the PostgreSQL user.
     pub fn own(&self, path: &Path) -> Result<(), EmbeddedError> {
-        match self.ids {
-            Some((uid, gid)) => {
-                chown(path, Some(uid), Some(gid)).map_err(|source| EmbeddedError::Io {
+        match self.user {
+            Some(user) => {
+                chown(path, Some(user.uid), Some(user.gid)).map_err(|source| EmbeddedError::Io {
                     step: "handing the data directory to the PostgreSQL user",
                     source,
                 })
@@ -43,9 +55,9 @@ impl RunAs {
     }
 
     pub fn prepare<'c>(&self, command: &'c mut Command) -> &'c mut Command {
-        if let Some((uid, gid)) = self.ids {
+        if let Some(user) = self.user {
             // The caller's working directory may be closed to that user.
-            command.uid(uid).gid(gid).current_dir("/");
+            command.uid(user.uid).gid(user.gid).current_dir("/");
         }
         command.process_group(0)
     }
@@ -57,16 +69,18 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// The uid and gid of the first of `names` in /etc/passwd.
-fn system_user(names: &[&str]) -> Option<(u32, u32)> {
+/// The first of `names` that /etc/passwd knows.
+fn system_user(names: &[&'static str]) -> Option<SystemUser> {
     let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    names.iter().find_map(|name| {
+    names.iter().find_map(|&name| {
         passwd.lines().find_map(|line| {
             let fields: Vec<&str> = line.split(':').collect();
             match fields.as_slice() {
-                [user, _, uid, gid, ..] if user == name => {
-                    Some((uid.parse().ok()?, gid.parse().ok()?))
-                }
+                [user, _, uid, gid, ..] if *user == name => Some(SystemUser {
+                    name,
+                    uid: uid.parse().ok()?,
+                    gid: gid.parse().ok()?,
+                }),
                 _ => None,
             }
         })
