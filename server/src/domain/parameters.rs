@@ -221,6 +221,7 @@ fn top_level_members(canonical: &str) -> Option<BTreeMap<String, String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn canonical_of(json: &str) -> String {
         canonical_text(&Json::from_serde(&serde_json::from_str(json).unwrap())).unwrap()
@@ -262,6 +263,42 @@ mod tests {
             canonical_text(&Json::Array(vec![Json::Number(f64::INFINITY)])),
             Err(NonFiniteNumber)
         );
+    }
+
+    fn json() -> impl Strategy<Value = Json> {
+        let leaf = prop_oneof![
+            Just(Json::Null),
+            any::<bool>().prop_map(Json::Bool),
+            any::<f64>()
+                .prop_filter("finite", |n| n.is_finite())
+                .prop_map(Json::Number),
+            any::<i32>().prop_map(|n| Json::Number(f64::from(n))),
+            ".{0,6}".prop_map(Json::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Json::Array),
+                prop::collection::btree_map(".{0,4}", inner, 0..4).prop_map(Json::Object),
+            ]
+        })
+    }
+
+    proptest! {
+        /// The canonical text is JSON that parses back to the same canonical
+        /// text: numbers round-trip exactly and nothing is lost but null members.
+        #[test]
+        fn canonical_text_is_a_fixed_point(value in json()) {
+            let text = canonical_text(&value).unwrap();
+            let reparsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+            prop_assert_eq!(canonical_text(&Json::from_serde(&reparsed)).unwrap(), text);
+        }
+
+        #[test]
+        fn numbers_round_trip(n in any::<f64>().prop_filter("finite", |n| n.is_finite())) {
+            let text = canonical_text(&Json::Number(n)).unwrap();
+            let parsed: f64 = text.parse().unwrap();
+            prop_assert!(parsed == n, "{} -> {}", n, text);
+        }
     }
 
     #[test]
