@@ -1,54 +1,120 @@
-//! Wiring: the listener, the service and the server, built apart from `main`
-//! so tests can start the real server on port 0.
+//! Wiring: the listeners, the services and the background tasks, built apart
+//! from `main` so tests can start the real server on port 0.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic_health::server::HealthReporter;
 
 use crate::config::Config;
 use crate::grpc::RegistryService;
 use crate::registry::Registry;
+use crate::telemetry::gauges::{self, refresh_forever};
+use crate::telemetry::grpc_layer::GrpcTelemetryLayer;
+use crate::telemetry::{metrics, metrics_http};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A bound, not yet serving, opreg server.
 #[derive(Debug)]
 pub struct Application {
-    listener: TcpListener,
+    grpc_listener: TcpListener,
+    metrics_listener: TcpListener,
+    metrics: PrometheusHandle,
     service: RegistryService,
+    pool: PgPool,
+    gauge_refresh_interval: Duration,
+    shutdown_delay: Duration,
 }
 
 impl Application {
-    /// Binds `config.listen_addr` (port 0 picks a free port).
-    pub async fn build(
-        config: &Config,
-        pool: PgPool,
-    ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+    /// Binds `config.listen_addr` and `config.metrics_addr` (port 0 picks a free port).
+    pub async fn build(config: &Config, pool: PgPool) -> Result<Self, BoxError> {
         let limits = config.request_limits()?;
-        let listener = TcpListener::bind(config.listen_addr).await?;
+        let metrics = metrics::install(config.metrics_max_namespaces)?;
         Ok(Self {
-            listener,
-            service: RegistryService::new(Registry::new(pool), limits),
+            grpc_listener: TcpListener::bind(config.listen_addr).await?,
+            metrics_listener: TcpListener::bind(config.metrics_addr).await?,
+            metrics,
+            service: RegistryService::new(Registry::new(pool.clone()), limits),
+            pool,
+            gauge_refresh_interval: config.gauge_refresh_interval,
+            shutdown_delay: config.shutdown_delay,
         })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
+        self.grpc_listener.local_addr()
     }
 
-    /// Serves until `shutdown` resolves, then stops accepting and waits for
-    /// in-flight calls; the caller bounds that wait.
-    pub async fn serve(
-        self,
-        shutdown: impl Future<Output = ()> + Send,
-    ) -> Result<(), tonic::transport::Error> {
+    pub fn metrics_addr(&self) -> std::io::Result<SocketAddr> {
+        self.metrics_listener.local_addr()
+    }
+
+    /// Serves until `shutdown` resolves. Then health turns NOT_SERVING, and
+    /// after `shutdown_delay` the server stops accepting calls and waits for
+    /// in-flight ones; the caller bounds that wait.
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), BoxError> {
+        let (health, health_service) = tonic_health::server::health_reporter();
+        gauges::set_health(&health, false).await;
+        let refresher = tokio::spawn(refresh_forever(
+            self.pool.clone(),
+            health.clone(),
+            self.gauge_refresh_interval,
+        ));
+        let (stop, stopped) = watch::channel(false);
+        let metrics_server = tokio::spawn(metrics_http::serve(
+            self.metrics_listener,
+            self.metrics,
+            wait_for(stopped.clone()),
+        ));
+        let reflection_v1 = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(opreg_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()?;
+        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(opreg_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1alpha()?;
+
+        let draining = drain_after(shutdown, refresher, health, self.shutdown_delay, stop);
         tonic::transport::Server::builder()
             .tcp_nodelay(true)
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .layer(GrpcTelemetryLayer)
+            .add_service(health_service)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
             .add_service(self.service.into_server())
-            .serve_with_incoming_shutdown(TcpListenerStream::new(self.listener), shutdown)
-            .await
+            .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc_listener), draining)
+            .await?;
+        metrics_server.await??;
+        Ok(())
     }
+}
+
+/// Resolves once the drain may start: after `shutdown`, with health reporting
+/// NOT_SERVING for `delay` so load balancers stop routing here first.
+async fn drain_after(
+    shutdown: impl Future<Output = ()>,
+    refresher: tokio::task::JoinHandle<()>,
+    health: HealthReporter,
+    delay: Duration,
+    stop: watch::Sender<bool>,
+) {
+    shutdown.await;
+    refresher.abort();
+    gauges::set_health(&health, false).await;
+    tokio::time::sleep(delay).await;
+    let _ = stop.send(true);
+}
+
+async fn wait_for(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stopped| *stopped).await;
 }

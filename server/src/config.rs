@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::domain::policy::{LeaseBounds, RetryPolicy};
 use crate::grpc::RequestLimits;
@@ -24,6 +24,9 @@ pub enum LogFormat {
 #[derive(Clone, Debug, Parser)]
 #[command(name = "opreg-server", version, about, long_about)]
 pub struct Config {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Address the gRPC server listens on.
     #[arg(long, env = "OPREG_LISTEN_ADDR", default_value = "127.0.0.1:50051")]
     pub listen_addr: SocketAddr,
@@ -88,9 +91,34 @@ pub struct Config {
     #[arg(long, env = "OPREG_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
 
+    /// How long health reports NOT_SERVING before the server stops accepting calls.
+    #[arg(long, env = "OPREG_SHUTDOWN_DELAY", default_value = "0s", value_parser = humantime::parse_duration)]
+    pub shutdown_delay: Duration,
+
+    /// Address of the Prometheus `/metrics` endpoint.
+    #[arg(long, env = "OPREG_METRICS_ADDR", default_value = "127.0.0.1:9464")]
+    pub metrics_addr: SocketAddr,
+
+    /// Distinct namespaces reported as metric labels; the rest are reported as "other".
+    #[arg(long, env = "OPREG_METRICS_MAX_NAMESPACES", default_value_t = 100)]
+    pub metrics_max_namespaces: usize,
+
+    /// How often the backlog gauges and the health status are read from the database.
+    #[arg(long, env = "OPREG_GAUGE_REFRESH_INTERVAL", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub gauge_refresh_interval: Duration,
+
     /// Log format on stderr.
     #[arg(long, env = "OPREG_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
     pub log_format: LogFormat,
+}
+
+/// What the binary does; serving is the default.
+#[derive(Clone, Debug, PartialEq, Eq, Subcommand)]
+pub enum Command {
+    /// Serve the registry (the default).
+    Serve,
+    /// Run the database migrations against OPREG_DATABASE_URL and exit.
+    Migrate,
 }
 
 impl Config {
@@ -107,6 +135,9 @@ impl Config {
         }
         if lease.default < lease.min || lease.default > lease.max {
             return Err("the default lease TTL must lie within the bounds".into());
+        }
+        if self.gauge_refresh_interval.is_zero() {
+            return Err("the gauge refresh interval must be positive".into());
         }
         if self.pool_max_connections == 0 {
             return Err("the pool needs at least one connection".into());

@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use clap::Parser;
 use opreg_server::app::Application;
-use opreg_server::config::Config;
+use opreg_server::config::{Command, Config};
 use opreg_server::embedded::{EmbeddedOptions, EmbeddedPostgres};
 use opreg_server::{shutdown, store, telemetry};
 use sqlx::postgres::PgConnectOptions;
@@ -16,10 +16,13 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn main() -> ExitCode {
     let config = Config::parse();
-    telemetry::init(config.log_format);
+    telemetry::logging::init(config.log_format);
     if let Err(problem) = config.validate() {
         tracing::error!("invalid configuration: {problem}");
         return ExitCode::from(2);
+    }
+    if config.command == Some(Command::Migrate) {
+        return migrate(&config);
     }
     // Started on the main thread, which lives as long as the process:
     // PostgreSQL is signalled to stop when the thread that started it exits.
@@ -48,6 +51,43 @@ fn main() -> ExitCode {
     }
 }
 
+/// `opreg-server migrate`: for deployments that migrate in a separate step.
+fn migrate(config: &Config) -> ExitCode {
+    let Some(url) = &config.database_url else {
+        tracing::error!("migrate needs OPREG_DATABASE_URL");
+        return ExitCode::from(2);
+    };
+    let migrated = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(BoxError::from)
+        .and_then(|runtime| {
+            runtime.block_on(async {
+                let options = parse_url(url)?;
+                let pool = store::connect(options, &config.pool_settings()).await?;
+                store::MIGRATOR.run(&pool).await?;
+                pool.close().await;
+                Ok(())
+            })
+        });
+    match migrated {
+        Ok(()) => {
+            tracing::info!("migrations applied");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            tracing::error!("migration failed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The URL may hold a password: it is parsed, never logged.
+fn parse_url(url: &str) -> Result<PgConnectOptions, BoxError> {
+    PgConnectOptions::from_str(url)
+        .map_err(|_| "OPREG_DATABASE_URL is not a valid PostgreSQL URL".into())
+}
+
 fn start_embedded(config: &Config) -> Result<EmbeddedPostgres, BoxError> {
     let options = EmbeddedOptions {
         root: config.embedded_root(),
@@ -70,16 +110,14 @@ async fn serve(config: &Config, embedded: Option<&EmbeddedPostgres>) -> Result<(
             embedded.ensure_database(EMBEDDED_DATABASE).await?;
             embedded.connect_options(EMBEDDED_DATABASE)
         }
-        // The URL may hold a password: it is parsed, never logged.
-        (None, Some(url)) => PgConnectOptions::from_str(url)
-            .map_err(|_| "OPREG_DATABASE_URL is not a valid PostgreSQL URL")?,
+        (None, Some(url)) => parse_url(url)?,
         (None, None) => return Err("no database configured".into()),
     };
     let pool = store::connect(options, &config.pool_settings()).await?;
     store::MIGRATOR.run(&pool).await?;
 
     let app = Application::build(config, pool.clone()).await?;
-    tracing::info!(address = %app.local_addr()?, "opreg serving");
+    tracing::info!(address = %app.local_addr()?, metrics = %app.metrics_addr()?, "opreg serving");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(app.serve(async {
         let _ = stopped.await;

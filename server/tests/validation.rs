@@ -365,6 +365,7 @@ async fn invalid_completes_renews_and_writes_are_refused_and_write_nothing() {
 async fn an_unreachable_database_is_unavailable_without_its_error_text() {
     let mut config = opreg_server::config::Config::defaults();
     config.listen_addr = "127.0.0.1:0".parse().unwrap();
+    config.metrics_addr = "127.0.0.1:0".parse().unwrap();
     config.pool_acquire_timeout = std::time::Duration::from_millis(500);
     let nowhere = sqlx::postgres::PgConnectOptions::new()
         .socket(std::env::temp_dir().join("opreg-no-such-socket"))

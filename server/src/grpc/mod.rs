@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status};
 
 use crate::domain::error::RegistryError;
 use crate::registry::Registry;
+use crate::telemetry::metrics;
 
 pub use requests::RequestLimits;
 pub use status::{ERROR_DOMAIN, to_status};
@@ -57,16 +58,28 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::ClaimRequest>,
     ) -> Result<Response<pb::ClaimResponse>, Status> {
+        let namespace = request.get_ref().namespace.clone();
         let answer = async {
             self.registry
                 .claim(&requests::claim(request.into_inner(), &self.limits)?)
                 .await
         }
         .await;
-        if let Ok(answer) = &answer {
-            let span = tracing::Span::current();
-            span.record("outcome", tracing::field::debug(answer.outcome));
-            span.record("token", answer.operation.fencing_token);
+        let outcome = match &answer {
+            Ok(answer) => {
+                tracing::Span::current().record("token", answer.operation.fencing_token);
+                metrics::claim_outcome_label(answer.outcome)
+            }
+            Err(RegistryError::ParameterConflict { .. }) => {
+                metrics::parameter_conflict(&namespace);
+                "conflict"
+            }
+            Err(RegistryError::InvalidArgument(_)) => "invalid",
+            Err(_) => "error",
+        };
+        tracing::Span::current().record("outcome", outcome);
+        if outcome != "error" {
+            metrics::claim_answered(&namespace, outcome);
         }
         reply(answer, responses::claim)
     }

@@ -3,14 +3,17 @@
 
 use std::time::Duration;
 
+use sqlx::{Connection, PgConnection};
+
 use super::Registry;
 use crate::domain::claim::{self, ClaimOutcome, ClaimStep};
 use crate::domain::commands::ClaimCommand;
 use crate::domain::error::{RegistryError, Result};
-use crate::domain::operation::{Operation, Status};
+use crate::domain::operation::{ExecutionKind, Operation, Status};
 use crate::domain::parameters::differing_fields;
 use crate::store::is_violation_of;
 use crate::store::operations::{self, Observed};
+use crate::telemetry::metrics;
 
 /// Guarded transitions lost to a concurrent one are decided again from a fresh
 /// read; every loss means another caller made progress, so few rounds suffice.
@@ -35,7 +38,9 @@ enum Registration {
 
 impl Registry {
     pub async fn claim(&self, claim: &ClaimCommand) -> Result<ClaimAnswer> {
-        let mut observed = match self.register(claim).await? {
+        let mut connection = self.connection().await?;
+        let db = &mut *connection;
+        let mut observed = match register(db, claim).await? {
             Registration::Registered(answer) => return Ok(answer),
             Registration::Exists(observed) => observed,
         };
@@ -46,99 +51,120 @@ impl Registry {
                 ClaimStep::Answer {
                     outcome,
                     retry_after,
-                } => return Ok(ClaimAnswer::new(outcome, observed.operation, retry_after)),
+                } => {
+                    if matches!(outcome, ClaimOutcome::Acquired | ClaimOutcome::Reconcile) {
+                        metrics::execution(&claim.namespace, None);
+                    }
+                    return Ok(ClaimAnswer::new(outcome, observed.operation, retry_after));
+                }
                 ClaimStep::Start(kind) => {
-                    operations::start_execution(&self.pool, operation, kind, claim)
+                    operations::start_execution(&mut *db, operation, kind, claim)
                         .await?
                         .map(|started| {
+                            metrics::execution(&claim.namespace, Some(kind));
                             ClaimAnswer::new(claim::started_outcome(kind), started, None)
                         })
                 }
-                ClaimStep::Exhaust => operations::exhaust(&self.pool, operation)
-                    .await?
-                    .map(|dead| ClaimAnswer::new(ClaimOutcome::Dead, dead, None)),
+                ClaimStep::Exhaust => operations::exhaust(&mut *db, operation).await?.map(|dead| {
+                    metrics::finished(&claim.namespace, Status::Dead, dead.attempts());
+                    ClaimAnswer::new(ClaimOutcome::Dead, dead, None)
+                }),
             };
             if let Some(answer) = transitioned {
                 return Ok(answer);
             }
-            observed = self.find_registered(claim).await?;
+            observed = find_registered(db, claim).await?;
         }
         tracing::warn!(namespace = %claim.namespace, key = %claim.operation_key, "claim kept losing races");
         Err(RegistryError::StoreUnavailable)
     }
+}
 
-    async fn register(&self, claim: &ClaimCommand) -> Result<Registration> {
-        if let Some(original) = &claim.compensates {
-            return self.register_compensation(claim, original).await;
-        }
-        match operations::insert_new(&self.pool, claim).await? {
-            Some(registered) => Ok(Registration::Registered(first_answer(registered.operation))),
-            // A separate statement: in READ COMMITTED it sees the row that won.
-            None => Ok(Registration::Exists(self.find_registered(claim).await?)),
-        }
+async fn register(db: &mut PgConnection, claim: &ClaimCommand) -> Result<Registration> {
+    if let Some(original) = &claim.compensates {
+        return register_compensation(db, claim, original).await;
     }
-
-    /// A compensation's own key is looked up first, so claiming it again is an
-    /// ordinary claim; only a new one checks and links its original.
-    async fn register_compensation(
-        &self,
-        claim: &ClaimCommand,
-        original_key: &str,
-    ) -> Result<Registration> {
-        if let Some(existing) =
-            operations::find(&self.pool, &claim.namespace, &claim.operation_key).await?
-        {
-            return Ok(Registration::Exists(existing));
-        }
-        let original = operations::find(&self.pool, &claim.namespace, original_key)
-            .await?
-            .map(|observed| observed.operation);
-        check_compensable(original.as_ref())?;
-
-        let mut tx = self.pool.begin().await?;
-        match operations::insert_new(&mut *tx, claim).await {
-            Ok(Some(registered)) if registered.linked_original => {
-                tx.commit().await?;
-                Ok(Registration::Registered(first_answer(registered.operation)))
-            }
-            Ok(Some(_)) => {
-                tx.rollback().await?;
-                Err(self.already_compensated(claim, original_key).await)
-            }
-            Ok(None) => {
-                tx.rollback().await?;
-                Ok(Registration::Exists(self.find_registered(claim).await?))
-            }
-            Err(error) if is_violation_of(&error, ONE_COMPENSATION_INDEX) => {
-                drop(tx);
-                Err(self.already_compensated(claim, original_key).await)
-            }
-            Err(error) => Err(error.into()),
-        }
-    }
-
-    async fn already_compensated(&self, claim: &ClaimCommand, original_key: &str) -> RegistryError {
-        match operations::find(&self.pool, &claim.namespace, original_key).await {
-            Ok(original) => RegistryError::AlreadyCompensated {
-                by: original
-                    .and_then(|observed| observed.operation.compensated_by)
-                    .unwrap_or_default(),
-            },
-            Err(error) => error.into(),
-        }
-    }
-
-    async fn find_registered(&self, claim: &ClaimCommand) -> Result<Observed> {
-        operations::find(&self.pool, &claim.namespace, &claim.operation_key)
-            .await?
-            .ok_or_else(|| {
-                tracing::error!(key = %claim.operation_key, "registered operation vanished");
-                RegistryError::Internal
-            })
+    match operations::insert_new(&mut *db, claim).await? {
+        Some(registered) => Ok(Registration::Registered(first_answer(
+            claim,
+            registered.operation,
+        ))),
+        // A separate statement: in READ COMMITTED it sees the row that won.
+        None => Ok(Registration::Exists(find_registered(db, claim).await?)),
     }
 }
 
-fn first_answer(operation: Operation) -> ClaimAnswer {
+/// A compensation's own key is looked up first, so claiming it again is an
+/// ordinary claim; only a new one checks and links its original.
+async fn register_compensation(
+    db: &mut PgConnection,
+    claim: &ClaimCommand,
+    original_key: &str,
+) -> Result<Registration> {
+    if let Some(existing) =
+        operations::find(&mut *db, &claim.namespace, &claim.operation_key).await?
+    {
+        return Ok(Registration::Exists(existing));
+    }
+    let original = operations::find(&mut *db, &claim.namespace, original_key)
+        .await?
+        .map(|observed| observed.operation);
+    check_compensable(original.as_ref())?;
+
+    let mut tx = db.begin().await?;
+    let inserted = operations::insert_new(&mut *tx, claim).await;
+    match inserted {
+        Ok(Some(registered)) if registered.linked_original => {
+            tx.commit().await?;
+            metrics::compensation(&claim.namespace);
+            Ok(Registration::Registered(first_answer(
+                claim,
+                registered.operation,
+            )))
+        }
+        Ok(Some(_)) => {
+            tx.rollback().await?;
+            Err(already_compensated(db, claim, original_key).await)
+        }
+        Ok(None) => {
+            tx.rollback().await?;
+            Ok(Registration::Exists(find_registered(db, claim).await?))
+        }
+        Err(error) if is_violation_of(&error, ONE_COMPENSATION_INDEX) => {
+            tx.rollback().await?;
+            Err(already_compensated(db, claim, original_key).await)
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+async fn already_compensated(
+    db: &mut PgConnection,
+    claim: &ClaimCommand,
+    original_key: &str,
+) -> RegistryError {
+    match operations::find(db, &claim.namespace, original_key).await {
+        Ok(original) => RegistryError::AlreadyCompensated {
+            by: original
+                .and_then(|observed| observed.operation.compensated_by)
+                .unwrap_or_default(),
+        },
+        Err(error) => error.into(),
+    }
+}
+
+async fn find_registered(db: &mut PgConnection, claim: &ClaimCommand) -> Result<Observed> {
+    operations::find(db, &claim.namespace, &claim.operation_key)
+        .await?
+        .ok_or_else(|| {
+            tracing::error!(key = %claim.operation_key, "registered operation vanished");
+            RegistryError::Internal
+        })
+}
+
+fn first_answer(claim: &ClaimCommand, operation: Operation) -> ClaimAnswer {
+    metrics::registered(&claim.namespace);
+    metrics::execution(&claim.namespace, Some(ExecutionKind::First));
     ClaimAnswer::new(ClaimOutcome::Acquired, operation, None)
 }
 

@@ -1,12 +1,15 @@
 //! Complete: under the operation's row lock, answer from the execution's record
 //! or record the report as one guarded transition.
 
+use sqlx::Connection;
+
 use super::Registry;
 use crate::domain::commands::CompleteCommand;
-use crate::domain::complete::{self, CompleteStep};
+use crate::domain::complete::{self, CompleteStep, Report};
 use crate::domain::error::{RegistryError, Result};
 use crate::domain::operation::Operation;
 use crate::store::{executions, operations};
+use crate::telemetry::metrics;
 
 impl Registry {
     pub async fn complete(&self, command: &CompleteCommand) -> Result<Operation> {
@@ -15,7 +18,8 @@ impl Registry {
             &command.operation_key,
             command.fencing_token,
         );
-        let mut tx = self.pool.begin().await?;
+        let mut connection = self.connection().await?;
+        let mut tx = connection.begin().await?;
         let observed = operations::lock(&mut *tx, namespace, key)
             .await?
             .ok_or(RegistryError::OperationNotFound)?;
@@ -33,10 +37,13 @@ impl Registry {
             CompleteStep::AlreadyCompleted => Err(RegistryError::AlreadyCompleted {
                 token: token.unsigned_abs(),
             }),
-            CompleteStep::Stale { current } => Err(RegistryError::StaleFencingToken {
-                presented: token.unsigned_abs(),
-                current: current.unsigned_abs(),
-            }),
+            CompleteStep::Stale { current } => {
+                metrics::stale_token(namespace, "Complete");
+                Err(RegistryError::StaleFencingToken {
+                    presented: token.unsigned_abs(),
+                    current: current.unsigned_abs(),
+                })
+            }
             CompleteStep::Record(transition) => {
                 let recorded = operations::record_outcome(
                     &mut *tx,
@@ -50,6 +57,12 @@ impl Registry {
                 match recorded {
                     Some(recorded) if recorded.execution_finished => {
                         tx.commit().await?;
+                        metrics::completion(namespace, report_label(&command.report));
+                        metrics::finished(
+                            namespace,
+                            transition.status,
+                            recorded.operation.attempts(),
+                        );
                         Ok(recorded.operation)
                     }
                     _ => {
@@ -60,5 +73,14 @@ impl Registry {
                 }
             }
         }
+    }
+}
+
+fn report_label(report: &Report) -> &'static str {
+    match report {
+        Report::Success { .. } => "success",
+        Report::Failure { .. } => "failure",
+        Report::Retryable { .. } => "retryable",
+        Report::Unknown { .. } => "unknown",
     }
 }

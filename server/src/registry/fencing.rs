@@ -1,17 +1,21 @@
 //! Renew and FencedWrite: the current token is the authority; lease expiry
 //! only permits a takeover, which issues a higher token.
 
+use sqlx::Connection;
+
 use super::Registry;
 use crate::domain::commands::{FencedWriteCommand, RenewCommand};
 use crate::domain::error::{RegistryError, Result};
 use crate::domain::operation::{Lease, Operation, Status};
 use crate::store::{operations, resources};
+use crate::telemetry::metrics;
 
 impl Registry {
     pub async fn renew(&self, command: &RenewCommand) -> Result<Lease> {
         let (namespace, key) = (&command.namespace, &command.operation_key);
+        let mut connection = self.connection().await?;
         let renewed = operations::renew(
-            &self.pool,
+            &mut *connection,
             namespace,
             key,
             &command.owner,
@@ -22,12 +26,12 @@ impl Registry {
         if let Some(lease) = renewed.as_ref().and_then(Operation::lease) {
             return Ok(lease);
         }
-        let current = operations::find(&self.pool, namespace, key)
+        let current = operations::find(&mut *connection, namespace, key)
             .await?
             .ok_or(RegistryError::OperationNotFound)?
             .operation;
         // The token is checked first: a superseded holder learns it must stop.
-        check_current(&current, command.fencing_token)?;
+        check_current(&current, command.fencing_token, "Renew")?;
         Err(RegistryError::LeaseNotHeld)
     }
 
@@ -39,12 +43,13 @@ impl Registry {
             &command.operation_key,
             command.fencing_token,
         );
-        let mut tx = self.pool.begin().await?;
+        let mut connection = self.connection().await?;
+        let mut tx = connection.begin().await?;
         let operation = operations::lock(&mut *tx, namespace, key)
             .await?
             .ok_or(RegistryError::OperationNotFound)?
             .operation;
-        check_current(&operation, token)?;
+        check_current(&operation, token, "FencedWrite")?;
         let written = resources::write_fenced(
             &mut *tx,
             namespace,
@@ -63,6 +68,7 @@ impl Registry {
                 let fence = resources::find(&mut *tx, namespace, &command.resource)
                     .await?
                     .map_or(0, |resource| resource.fence);
+                metrics::stale_token(namespace, "FencedWrite");
                 Err(RegistryError::StaleFencingToken {
                     presented: token.unsigned_abs(),
                     current: fence.unsigned_abs(),
@@ -73,10 +79,11 @@ impl Registry {
 }
 
 /// Accepts only the operation's current token while it is in progress.
-fn check_current(operation: &Operation, token: i64) -> Result<()> {
+fn check_current(operation: &Operation, token: i64, rpc: &'static str) -> Result<()> {
     if operation.fencing_token == token && operation.status == Status::InProgress {
         return Ok(());
     }
+    metrics::stale_token(&operation.namespace, rpc);
     Err(RegistryError::StaleFencingToken {
         presented: token.unsigned_abs(),
         current: operation.fencing_token.unsigned_abs(),

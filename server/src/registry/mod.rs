@@ -8,10 +8,13 @@ mod read;
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres};
 
 use crate::domain::claim::ClaimOutcome;
+use crate::domain::error::Result;
 use crate::domain::operation::{Lease, Operation};
+use crate::telemetry::metrics;
 
 pub use claim::ClaimAnswer;
 
@@ -29,6 +32,15 @@ impl Registry {
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// One connection for one use case, counted while it waits for the pool.
+    async fn connection(&self) -> Result<PoolConnection<Postgres>> {
+        let waiting = metrics::pool_waiting();
+        waiting.increment(1.0);
+        let acquired = self.pool.acquire().await;
+        waiting.decrement(1.0);
+        Ok(acquired?)
     }
 }
 

@@ -8,12 +8,13 @@ use crate::store::{executions, operations, resources};
 
 impl Registry {
     pub async fn lookup(&self, query: &LookupQuery) -> Result<(Operation, Vec<Execution>)> {
-        let operation = operations::find(&self.pool, &query.namespace, &query.operation_key)
+        let mut connection = self.connection().await?;
+        let operation = operations::find(&mut *connection, &query.namespace, &query.operation_key)
             .await?
             .ok_or(RegistryError::OperationNotFound)?
             .operation;
         let history = if query.include_executions {
-            executions::list(&self.pool, &query.namespace, &query.operation_key).await?
+            executions::list(&mut *connection, &query.namespace, &query.operation_key).await?
         } else {
             Vec::new()
         };
@@ -21,7 +22,8 @@ impl Registry {
     }
 
     pub async fn get_resource(&self, query: &ResourceQuery) -> Result<Resource> {
-        resources::find(&self.pool, &query.namespace, &query.resource)
+        let mut connection = self.connection().await?;
+        resources::find(&mut *connection, &query.namespace, &query.resource)
             .await?
             .ok_or(RegistryError::ResourceNotFound)
     }

@@ -12,6 +12,7 @@ pub async fn find(
     operation_key: &str,
     fencing_token: i64,
 ) -> sqlx::Result<Option<Execution>> {
+    let _timer = super::QueryTimer::start("executions_find");
     sqlx::query_as(
         "SELECT * FROM executions
          WHERE fencing_token = $3 AND namespace = $1 AND operation_key = $2",
@@ -29,6 +30,7 @@ pub async fn list(
     namespace: &str,
     operation_key: &str,
 ) -> sqlx::Result<Vec<Execution>> {
+    let _timer = super::QueryTimer::start("executions_list");
     sqlx::query_as(
         "SELECT * FROM executions
          WHERE namespace = $1 AND operation_key = $2

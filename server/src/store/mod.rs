@@ -7,7 +7,7 @@ pub mod resources;
 
 mod errors;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
@@ -42,4 +42,25 @@ pub async fn connect(
             ("default_transaction_isolation", "read committed"),
         ]))
         .await
+}
+
+/// Records a statement's duration in `opreg_db_query_duration_seconds` when dropped.
+struct QueryTimer {
+    query: &'static str,
+    started: Instant,
+}
+
+impl QueryTimer {
+    fn start(query: &'static str) -> Self {
+        Self {
+            query,
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Drop for QueryTimer {
+    fn drop(&mut self) {
+        crate::telemetry::metrics::query(self.query, self.started.elapsed().as_secs_f64());
+    }
 }

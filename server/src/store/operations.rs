@@ -8,7 +8,7 @@ use sqlx::PgExecutor;
 
 use crate::domain::commands::ClaimCommand;
 use crate::domain::complete::{Report, Transition};
-use crate::domain::operation::{ExecutionKind, Operation};
+use crate::domain::operation::{ExecutionKind, Operation, Status};
 use crate::domain::policy::micros_ceil;
 
 /// An operation read together with the database clock.
@@ -37,6 +37,7 @@ pub async fn insert_new(
     db: impl PgExecutor<'_>,
     claim: &ClaimCommand,
 ) -> sqlx::Result<Option<Registered>> {
+    let _timer = super::QueryTimer::start("operations_insert_new");
     sqlx::query_as(
         "WITH inserted AS (
              INSERT INTO operations (
@@ -101,6 +102,7 @@ pub async fn find(
     namespace: &str,
     operation_key: &str,
 ) -> sqlx::Result<Option<Observed>> {
+    let _timer = super::QueryTimer::start("operations_find");
     observe(db, select_observed!(), namespace, operation_key).await
 }
 
@@ -111,6 +113,7 @@ pub async fn lock(
     namespace: &str,
     operation_key: &str,
 ) -> sqlx::Result<Option<Observed>> {
+    let _timer = super::QueryTimer::start("operations_lock");
     observe(
         db,
         concat!(select_observed!(), " FOR UPDATE"),
@@ -154,6 +157,7 @@ pub async fn start_execution(
     kind: ExecutionKind,
     claim: &ClaimCommand,
 ) -> sqlx::Result<Option<Operation>> {
+    let _timer = super::QueryTimer::start("operations_start_execution");
     sqlx::query_as(concat!(
         "WITH started AS (
              UPDATE operations AS o SET
@@ -202,6 +206,7 @@ pub async fn exhaust(
     db: impl PgExecutor<'_>,
     observed: &Operation,
 ) -> sqlx::Result<Option<Operation>> {
+    let _timer = super::QueryTimer::start("operations_exhaust");
     sqlx::query_as(concat!(
         "WITH exhausted AS (
              UPDATE operations AS o SET
@@ -250,6 +255,7 @@ pub async fn record_outcome(
     report: &Report,
     transition: Transition,
 ) -> sqlx::Result<Option<Recorded>> {
+    let _timer = super::QueryTimer::start("operations_record_outcome");
     let columns = OutcomeColumns::of(report);
     sqlx::query_as(
         "WITH recorded AS (
@@ -268,7 +274,8 @@ pub async fn record_outcome(
                  lease_takeover = false,
                  reconciling = false,
                  updated_at = clock_timestamp(),
-                 completed_at = CASE WHEN $4 IN ('succeeded', 'failed', 'dead') THEN clock_timestamp() END
+                 completed_at = CASE WHEN $4 IN ('succeeded', 'failed', 'dead') THEN clock_timestamp() END,
+                 unknown_since = CASE WHEN $4 = 'unknown' THEN COALESCE(unknown_since, clock_timestamp()) END
              WHERE namespace = $1 AND operation_key = $2
                AND fencing_token = $3 AND status = 'in_progress'
              RETURNING *
@@ -376,6 +383,7 @@ pub async fn renew(
     fencing_token: i64,
     lease_ttl: std::time::Duration,
 ) -> sqlx::Result<Option<Operation>> {
+    let _timer = super::QueryTimer::start("operations_renew");
     sqlx::query_as(
         "UPDATE operations SET
              lease_expires_at = clock_timestamp() + $5::bigint * interval '1 microsecond',
@@ -390,5 +398,33 @@ pub async fn renew(
     .bind(owner)
     .bind(micros_ceil(lease_ttl))
     .fetch_optional(db)
+    .await
+}
+
+/// One row of the backlog: operations of a namespace in one unfinished status.
+#[derive(Debug, sqlx::FromRow)]
+pub struct BacklogRow {
+    pub namespace: String,
+    #[sqlx(try_from = "String")]
+    pub status: Status,
+    pub operations: i64,
+    /// Operations whose unknown outcome is unresolved (UNKNOWN, or reconciling).
+    pub unknown: i64,
+    pub oldest_unknown_age_seconds: Option<f64>,
+}
+
+/// The backlog by namespace and status, from the partial backlog index.
+pub async fn backlog(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<BacklogRow>> {
+    let _timer = super::QueryTimer::start("operations_backlog");
+    sqlx::query_as(
+        "SELECT namespace, status, count(*) AS operations,
+                count(unknown_since) AS unknown,
+                EXTRACT(EPOCH FROM clock_timestamp() - min(unknown_since))::float8
+                    AS oldest_unknown_age_seconds
+         FROM operations
+         WHERE status IN ('in_progress', 'retry_scheduled', 'unknown', 'dead')
+         GROUP BY namespace, status",
+    )
+    .fetch_all(db)
     .await
 }

@@ -14,6 +14,7 @@ pub async fn write_fenced(
     fencing_token: i64,
     value: &[u8],
 ) -> sqlx::Result<Option<(i64, i64)>> {
+    let _timer = super::QueryTimer::start("resources_write_fenced");
     sqlx::query_as(
         "INSERT INTO resources AS r (namespace, resource, value, fence, version, operation_key, updated_at)
          VALUES ($1, $2, $3, $4, 1, $5, clock_timestamp())
@@ -40,6 +41,7 @@ pub async fn find(
     namespace: &str,
     resource: &str,
 ) -> sqlx::Result<Option<Resource>> {
+    let _timer = super::QueryTimer::start("resources_find");
     sqlx::query_as(
         "SELECT value, fence, version, operation_key, updated_at FROM resources
          WHERE namespace = $1 AND resource = $2",

@@ -23,6 +23,7 @@ pub type Client = OperationRegistryClient<Channel>;
 pub struct TestApp {
     pub client: Client,
     pub endpoint: String,
+    pub metrics_addr: std::net::SocketAddr,
     /// Direct access to the test's database, for assertions.
     pub db: PgPool,
     pub db_options: PgConnectOptions,
@@ -37,6 +38,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Config)) -> TestApp {
     let db_options = fresh_database().await;
     let mut config = Config::defaults();
     config.listen_addr = "127.0.0.1:0".parse().unwrap();
+    config.metrics_addr = "127.0.0.1:0".parse().unwrap();
     configure(&mut config);
     let pool = store::connect(db_options.clone(), &config.pool_settings())
         .await
@@ -49,6 +51,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Config)) -> TestApp {
 pub async fn serve(config: &Config, pool: PgPool, db_options: PgConnectOptions) -> TestApp {
     let app = Application::build(config, pool).await.unwrap();
     let endpoint = format!("http://{}", app.local_addr().unwrap());
+    let metrics_addr = app.metrics_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(app.serve(async {
         let _ = stopped.await;
@@ -60,6 +63,7 @@ pub async fn serve(config: &Config, pool: PgPool, db_options: PgConnectOptions) 
     TestApp {
         client,
         endpoint,
+        metrics_addr,
         db,
         db_options,
         _stop: stop,

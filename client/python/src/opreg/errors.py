@@ -1,0 +1,288 @@
+"""Typed errors.
+
+Every opreg error is a gRPC status carrying one ``google.rpc.ErrorInfo`` with
+domain ``"opreg"``; :func:`from_rpc_error` turns it into a subclass of
+:class:`OpregError` chosen by the ErrorInfo reason (or, for transport failures
+without an ErrorInfo, by the status code).
+
+The :mod:`opreg.run_once` helper adds its own errors: :class:`DeadlineExceeded`,
+:class:`OperationDead`, :class:`LeaseLost`, :class:`ReconcileRequired`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+if TYPE_CHECKING:
+    from ._gen.v1 import registry_pb2
+
+__all__ = [
+    "ERROR_DOMAIN",
+    "OpregError",
+    "ParameterConflict",
+    "StaleFencingToken",
+    "AlreadyCompleted",
+    "LeaseNotHeld",
+    "CompensationError",
+    "OriginalOutcomeUnknown",
+    "NothingToCompensate",
+    "AlreadyCompensated",
+    "NotFound",
+    "OperationNotFound",
+    "ResourceNotFound",
+    "InvalidArgument",
+    "FieldViolation",
+    "Unavailable",
+    "InternalError",
+    "DeadlineExceeded",
+    "OperationDead",
+    "LeaseLost",
+    "ReconcileRequired",
+    "from_rpc_error",
+]
+
+ERROR_DOMAIN = "opreg"
+
+
+class OpregError(Exception):
+    """Base of every error this package raises for a failed opreg call.
+
+    ``code`` is the gRPC status code (``None`` for errors raised by the client
+    itself), ``reason`` the ``ErrorInfo`` reason (``""`` when the status carried
+    none, e.g. a connection failure), ``metadata`` the ``ErrorInfo`` metadata.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: grpc.StatusCode | None = None,
+        reason: str = "",
+        metadata: dict[str, str] | None = None,
+        details: list[Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.reason = reason
+        self.metadata: dict[str, str] = dict(metadata or {})
+        self.details: list[Any] = list(details or [])
+
+    def __str__(self) -> str:
+        label = self.reason or (self.code.name if self.code is not None else "")
+        return f"{label}: {self.message}" if label else self.message
+
+
+class ParameterConflict(OpregError):
+    """``ALREADY_EXISTS``/``PARAMETER_CONFLICT``: the key is registered with
+    different parameters (or a different ``compensates``). Never retry it."""
+
+    @property
+    def differing_fields(self) -> list[str]:
+        """Top-level parameter names whose values differ (empty if unknown,
+        e.g. when a digest was sent instead of parameters)."""
+        raw = self.metadata.get("differingFields", "")
+        return [name for name in raw.split(",") if name]
+
+    @property
+    def stored_digest(self) -> bytes:
+        return bytes.fromhex(self.metadata.get("storedDigest", ""))
+
+    @property
+    def request_digest(self) -> bytes:
+        return bytes.fromhex(self.metadata.get("requestDigest", ""))
+
+    @property
+    def conflicting_field(self) -> str:
+        """``"compensates"`` when the conflict is about ``compensates``."""
+        return self.metadata.get("conflictingField", "")
+
+
+class StaleFencingToken(OpregError):
+    """``ABORTED``/``STALE_FENCING_TOKEN``: another execution took over (or the
+    operation finished, or the resource's fence is higher). Stop writing."""
+
+    @property
+    def presented_token(self) -> int | None:
+        return _int(self.metadata.get("presentedToken"))
+
+    @property
+    def current_token(self) -> int | None:
+        return _int(self.metadata.get("currentToken"))
+
+
+class AlreadyCompleted(OpregError):
+    """``FAILED_PRECONDITION``/``ALREADY_COMPLETED``: a different report was
+    already recorded for this token."""
+
+    @property
+    def fencing_token(self) -> int | None:
+        return _int(self.metadata.get("fencingToken"))
+
+
+class LeaseNotHeld(OpregError):
+    """``FAILED_PRECONDITION``/``LEASE_NOT_HELD``: Renew by an owner that does
+    not hold the current token."""
+
+
+class CompensationError(OpregError):
+    """Base of the refusals of a compensating Claim."""
+
+
+class OriginalOutcomeUnknown(CompensationError):
+    """The original's outcome is unknown; reconcile it first."""
+
+
+class NothingToCompensate(CompensationError):
+    """The original did not succeed."""
+
+
+class AlreadyCompensated(CompensationError):
+    """The original was already compensated (by ``compensated_by``)."""
+
+    @property
+    def compensated_by(self) -> str:
+        return self.metadata.get("compensatedBy", "")
+
+
+class NotFound(OpregError):
+    """``NOT_FOUND``: unknown operation or resource."""
+
+
+class OperationNotFound(NotFound):
+    pass
+
+
+class ResourceNotFound(NotFound):
+    pass
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    field: str
+    description: str
+
+
+class InvalidArgument(OpregError):
+    """``INVALID_ARGUMENT``; ``field_violations`` come from ``google.rpc.BadRequest``."""
+
+    @property
+    def field_violations(self) -> list[FieldViolation]:
+        violations = []
+        for detail in self.details:
+            if isinstance(detail, error_details_pb2.BadRequest):
+                violations.extend(FieldViolation(v.field, v.description) for v in detail.field_violations)
+        return violations
+
+
+class Unavailable(OpregError):
+    """``UNAVAILABLE`` (server or its database unreachable, connection refused)
+    or ``DEADLINE_EXCEEDED`` (the call's own timeout). Safe to retry for
+    Claim (same owner), Renew, Complete (same report) and Lookup."""
+
+
+class InternalError(OpregError):
+    """``INTERNAL``: a server fault (logged there, never described)."""
+
+
+class DeadlineExceeded(OpregError, TimeoutError):
+    """The overall deadline of :meth:`Client.run_once` passed: while waiting for
+    another holder or a scheduled retry, or while the registry was unreachable.
+    ``last_outcome`` is the last Claim outcome seen (if any); the cause is the
+    last transport error or work error."""
+
+    def __init__(self, message: str, *, last_outcome: int | None = None, operation: Any = None) -> None:
+        super().__init__(message)
+        self.last_outcome = last_outcome
+        self.operation: registry_pb2.Operation | None = operation
+
+
+class OperationDead(OpregError):
+    """The operation's retry budget or deadline is exhausted; a human decides."""
+
+    def __init__(self, message: str, *, operation: Any = None) -> None:
+        super().__init__(message)
+        self.operation: registry_pb2.Operation | None = operation
+
+
+class LeaseLost(OpregError):
+    """The lease was lost (another execution took over, or it could not be
+    renewed before it expired). The helper did not, and must not, Complete."""
+
+    def __init__(self, message: str = "the lease was lost", *, fencing_token: int | None = None) -> None:
+        super().__init__(message)
+        self.fencing_token = fencing_token
+
+
+class ReconcileRequired(OpregError):
+    """The last outcome is unknown (Claim answered RECONCILE) and no
+    ``reconcile`` callback was given."""
+
+    def __init__(self, message: str, *, remote_ref: str = "", operation: Any = None) -> None:
+        super().__init__(message)
+        self.remote_ref = remote_ref
+        self.operation: registry_pb2.Operation | None = operation
+
+
+_BY_REASON: dict[str, type[OpregError]] = {
+    "PARAMETER_CONFLICT": ParameterConflict,
+    "STALE_FENCING_TOKEN": StaleFencingToken,
+    "ALREADY_COMPLETED": AlreadyCompleted,
+    "LEASE_NOT_HELD": LeaseNotHeld,
+    "ORIGINAL_OUTCOME_UNKNOWN": OriginalOutcomeUnknown,
+    "NOTHING_TO_COMPENSATE": NothingToCompensate,
+    "ALREADY_COMPENSATED": AlreadyCompensated,
+    "OPERATION_NOT_FOUND": OperationNotFound,
+    "RESOURCE_NOT_FOUND": ResourceNotFound,
+    "INVALID_ARGUMENT": InvalidArgument,
+    "STORE_UNAVAILABLE": Unavailable,
+    "INTERNAL": InternalError,
+}
+
+_BY_CODE: dict[grpc.StatusCode, type[OpregError]] = {
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.INTERNAL: InternalError,
+}
+
+
+def from_rpc_error(error: grpc.RpcError) -> OpregError:
+    """The typed error for a failed call (``grpc.RpcError`` or ``grpc.aio.AioRpcError``)."""
+    code: grpc.StatusCode | None = error.code() if hasattr(error, "code") else None
+    message = (error.details() if hasattr(error, "details") else None) or str(error)
+    details: list[Any] = []
+    info: error_details_pb2.ErrorInfo | None = None
+    try:
+        status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    except (ValueError, TypeError, AttributeError):
+        status = None
+    if status is not None:
+        for any_detail in status.details:
+            for cls in (error_details_pb2.ErrorInfo, error_details_pb2.BadRequest):
+                if any_detail.Is(cls.DESCRIPTOR):
+                    message_obj = cls()
+                    any_detail.Unpack(message_obj)
+                    details.append(message_obj)
+                    if isinstance(message_obj, error_details_pb2.ErrorInfo) and info is None:
+                        info = message_obj
+    reason = ""
+    metadata: dict[str, str] = {}
+    if info is not None and info.domain == ERROR_DOMAIN:
+        reason = info.reason
+        metadata = dict(info.metadata)
+    cls = _BY_REASON.get(reason) or (_BY_CODE.get(code) if code is not None else None) or OpregError
+    return cls(message, code=code, reason=reason, metadata=metadata, details=details)
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None

@@ -1,0 +1,305 @@
+// Typed errors. Every opreg error is a gRPC status carrying exactly one
+// google.rpc.ErrorInfo (domain "opreg"); `fromServiceError` turns it into one
+// of the classes below, all extending OpregError.
+import { Metadata, status as GrpcStatus, type ServiceError } from "@grpc/grpc-js";
+
+import type { Operation } from "./gen/opreg/v1/registry";
+import { decodeRpcStatus, type ErrorInfo, type FieldViolation } from "./rpcStatus";
+
+export const ERROR_DOMAIN = "opreg";
+export const STATUS_DETAILS_KEY = "grpc-status-details-bin";
+
+export { GrpcStatus };
+export type { ErrorInfo, FieldViolation };
+
+export interface OpregErrorInit {
+  message: string;
+  /** gRPC status code (`GrpcStatus.*`). */
+  code: number;
+  /** `ErrorInfo.reason` (domain "opreg"), when the status carried one. */
+  reason?: string;
+  errorInfo?: ErrorInfo;
+  fieldViolations?: FieldViolation[];
+  cause?: unknown;
+}
+
+/** Base class of every error this client throws about the registry. */
+export class OpregError extends Error {
+  /** gRPC status code (`GrpcStatus.*`). */
+  readonly code: number;
+  /** `ErrorInfo.reason`, e.g. "PARAMETER_CONFLICT"; undefined for transport errors. */
+  readonly reason: string | undefined;
+  /** `ErrorInfo.metadata` (empty when there was none). */
+  readonly metadata: Readonly<Record<string, string>>;
+  readonly errorInfo: ErrorInfo | undefined;
+
+  constructor(init: OpregErrorInit) {
+    super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
+    this.name = new.target.name;
+    this.code = init.code;
+    this.reason = init.reason ?? init.errorInfo?.reason;
+    this.errorInfo = init.errorInfo;
+    this.metadata = init.errorInfo?.metadata ?? {};
+  }
+
+  /** UNAVAILABLE or DEADLINE_EXCEEDED from a single call: safe to retry with backoff. */
+  get transient(): boolean {
+    return this.code === GrpcStatus.UNAVAILABLE || this.code === GrpcStatus.DEADLINE_EXCEEDED;
+  }
+}
+
+/** ALREADY_EXISTS / PARAMETER_CONFLICT: the key is registered with other parameters. Never retry. */
+export class ParameterConflictError extends OpregError {
+  readonly differingFields: string[];
+  /** Hex SHA-256 of the stored canonical parameters. */
+  readonly storedDigest: string;
+  /** Hex SHA-256 of this request's canonical parameters. */
+  readonly requestDigest: string;
+  /** "compensates" when the conflict is a different `compensates`. */
+  readonly conflictingField: string | undefined;
+
+  constructor(init: OpregErrorInit) {
+    super(init);
+    const fields = this.metadata["differingFields"] ?? "";
+    this.differingFields = fields === "" ? [] : fields.split(",");
+    this.storedDigest = this.metadata["storedDigest"] ?? "";
+    this.requestDigest = this.metadata["requestDigest"] ?? "";
+    this.conflictingField = this.metadata["conflictingField"];
+  }
+}
+
+function bigintOf(text: string | undefined): bigint | undefined {
+  if (text === undefined || !/^-?\d+$/.test(text)) return undefined;
+  return BigInt(text);
+}
+
+/** ABORTED / STALE_FENCING_TOKEN: another execution took over, or the operation finished. */
+export class StaleFencingTokenError extends OpregError {
+  readonly presentedToken: bigint | undefined;
+  readonly currentToken: bigint | undefined;
+
+  constructor(init: OpregErrorInit) {
+    super(init);
+    this.presentedToken = bigintOf(this.metadata["presentedToken"]);
+    this.currentToken = bigintOf(this.metadata["currentToken"]);
+  }
+}
+
+/** FAILED_PRECONDITION / ALREADY_COMPLETED: a different report was already recorded for the token. */
+export class AlreadyCompletedError extends OpregError {
+  readonly fencingToken: bigint | undefined;
+
+  constructor(init: OpregErrorInit) {
+    super(init);
+    this.fencingToken = bigintOf(this.metadata["fencingToken"]);
+  }
+}
+
+/** FAILED_PRECONDITION / LEASE_NOT_HELD: Renew by an owner that does not hold the token. */
+export class LeaseNotHeldError extends OpregError {}
+
+/** FAILED_PRECONDITION: a compensation the registry refused. */
+export class CompensationError extends OpregError {}
+/** ORIGINAL_OUTCOME_UNKNOWN: reconcile the original first. */
+export class OriginalOutcomeUnknownError extends CompensationError {}
+/** NOTHING_TO_COMPENSATE: the original did not succeed. */
+export class NothingToCompensateError extends CompensationError {}
+/** ALREADY_COMPENSATED: another compensation exists. */
+export class AlreadyCompensatedError extends CompensationError {
+  readonly compensatedBy: string | undefined;
+
+  constructor(init: OpregErrorInit) {
+    super(init);
+    this.compensatedBy = this.metadata["compensatedBy"];
+  }
+}
+
+/** NOT_FOUND: OPERATION_NOT_FOUND or RESOURCE_NOT_FOUND (see `reason`). */
+export class NotFoundError extends OpregError {}
+
+/** INVALID_ARGUMENT, with the google.rpc.BadRequest field violations. */
+export class InvalidArgumentError extends OpregError {
+  readonly fieldViolations: FieldViolation[];
+
+  constructor(init: OpregErrorInit) {
+    super(init);
+    this.fieldViolations = init.fieldViolations ?? [];
+  }
+}
+
+/** UNAVAILABLE: the server or its database cannot be reached (transient). */
+export class UnavailableError extends OpregError {}
+
+/** DEADLINE_EXCEEDED: a call's deadline, or runOnce's overall deadline, passed. */
+export class DeadlineExceededError extends OpregError {}
+
+/** INTERNAL (or any other code without a more specific class). */
+export class InternalError extends OpregError {}
+
+// ---- raised by runOnce, not by the server ----
+
+/**
+ * The lease was lost while the work ran (a renewal or the Complete was refused with
+ * STALE_FENCING_TOKEN or LEASE_NOT_HELD). The work's outcome was not reported; the
+ * operation belongs to whoever took over.
+ */
+export class LeaseLostError extends OpregError {
+  readonly fencingToken: bigint;
+
+  constructor(fencingToken: bigint, cause: unknown) {
+    super({
+      message: `lease with fencing token ${fencingToken} was lost; the outcome was not reported`,
+      code: GrpcStatus.ABORTED,
+      reason: cause instanceof OpregError ? cause.reason : undefined,
+      errorInfo: cause instanceof OpregError ? cause.errorInfo : undefined,
+      cause,
+    });
+    this.fencingToken = fencingToken;
+  }
+}
+
+/** The Claim answered DEAD: the retry budget is exhausted; a human decides. */
+export class OperationDeadError extends OpregError {
+  readonly operation: Operation | undefined;
+
+  constructor(operation: Operation | undefined) {
+    super({
+      message: `operation ${operation?.namespace}/${operation?.operationKey} is DEAD: retry budget exhausted`,
+      code: GrpcStatus.FAILED_PRECONDITION,
+      reason: "DEAD",
+    });
+    this.operation = operation;
+  }
+}
+
+/**
+ * The Claim answered RECONCILE and runOnce had no `reconcile` option. The outcome
+ * stays unknown (reported again as unknown) until a caller reconciles it.
+ */
+export class ReconcileRequiredError extends OpregError {
+  readonly remoteRef: string;
+
+  constructor(remoteRef: string) {
+    super({
+      message: `last outcome is unknown (remote ref "${remoteRef}"); pass options.reconcile`,
+      code: GrpcStatus.FAILED_PRECONDITION,
+      reason: "RECONCILE_REQUIRED",
+    });
+    this.remoteRef = remoteRef;
+  }
+}
+
+const BY_REASON: Record<string, new (init: OpregErrorInit) => OpregError> = {
+  PARAMETER_CONFLICT: ParameterConflictError,
+  STALE_FENCING_TOKEN: StaleFencingTokenError,
+  ALREADY_COMPLETED: AlreadyCompletedError,
+  LEASE_NOT_HELD: LeaseNotHeldError,
+  ORIGINAL_OUTCOME_UNKNOWN: OriginalOutcomeUnknownError,
+  NOTHING_TO_COMPENSATE: NothingToCompensateError,
+  ALREADY_COMPENSATED: AlreadyCompensatedError,
+  OPERATION_NOT_FOUND: NotFoundError,
+  RESOURCE_NOT_FOUND: NotFoundError,
+  INVALID_ARGUMENT: InvalidArgumentError,
+  STORE_UNAVAILABLE: UnavailableError,
+  INTERNAL: InternalError,
+};
+
+const BY_CODE: Partial<Record<number, new (init: OpregErrorInit) => OpregError>> = {
+  [GrpcStatus.ALREADY_EXISTS]: ParameterConflictError,
+  [GrpcStatus.ABORTED]: StaleFencingTokenError,
+  [GrpcStatus.NOT_FOUND]: NotFoundError,
+  [GrpcStatus.INVALID_ARGUMENT]: InvalidArgumentError,
+  [GrpcStatus.UNAVAILABLE]: UnavailableError,
+  [GrpcStatus.DEADLINE_EXCEEDED]: DeadlineExceededError,
+  [GrpcStatus.INTERNAL]: InternalError,
+};
+
+function statusDetails(metadata: Metadata | undefined): Uint8Array | undefined {
+  const values = metadata?.get(STATUS_DETAILS_KEY) ?? [];
+  const value = values[0];
+  return value instanceof Uint8Array ? value : undefined;
+}
+
+/** Maps a failed grpc-js call to a typed error (its ErrorInfo first, its code otherwise). */
+export function fromServiceError(error: ServiceError): OpregError {
+  let errorInfo: ErrorInfo | undefined;
+  let fieldViolations: FieldViolation[] = [];
+  const details = statusDetails(error.metadata);
+  if (details !== undefined) {
+    try {
+      const decoded = decodeRpcStatus(details);
+      if (decoded.errorInfo?.domain === ERROR_DOMAIN) errorInfo = decoded.errorInfo;
+      fieldViolations = decoded.fieldViolations;
+    } catch {
+      // A malformed trailer leaves the error untyped beyond its code.
+    }
+  }
+  const init: OpregErrorInit = {
+    message: error.details || error.message,
+    code: error.code,
+    errorInfo,
+    fieldViolations,
+    cause: error,
+  };
+  const Class =
+    (errorInfo !== undefined ? BY_REASON[errorInfo.reason] : undefined) ?? BY_CODE[error.code] ?? OpregError;
+  return new Class(init);
+}
+
+// ---- thrown by the caller's work to tell runOnce what to report ----
+
+export interface BusinessErrorOptions {
+  /** True when the failure was recorded earlier and is being replayed. */
+  replayed?: boolean;
+  /** True when the failure was established by options.reconcile. */
+  reconciled?: boolean;
+  operation?: Operation;
+  cause?: unknown;
+}
+
+/**
+ * A terminal business failure (e.g. insufficient balance). Thrown by work, runOnce
+ * records it with Complete(failure) and rethrows it; later runOnce calls for the same
+ * key throw it again with `replayed` set, without running the work.
+ */
+export class BusinessError extends Error {
+  readonly code: string;
+  readonly replayed: boolean;
+  readonly reconciled: boolean;
+  readonly operation: Operation | undefined;
+
+  constructor(code: string, message: string, options: BusinessErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.replayed = options.replayed ?? false;
+    this.reconciled = options.reconciled ?? false;
+    this.operation = options.operation;
+  }
+}
+
+/** A failure worth retrying later: reported as retryable, optionally with downstream pushback. */
+export class TransientError extends Error {
+  readonly retryAfterMs: number | undefined;
+
+  constructor(message: string, options: { retryAfterMs?: number; cause?: unknown } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.retryAfterMs = options.retryAfterMs;
+  }
+}
+
+/**
+ * The remote call may have taken effect (e.g. a timeout after sending a payment):
+ * reported as an unknown outcome with the remote reference, to be reconciled by the
+ * next runOnce for the key.
+ */
+export class SentButUnconfirmedError extends Error {
+  readonly remoteRef: string;
+
+  constructor(remoteRef: string, message = "sent but not confirmed", options: { cause?: unknown } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.remoteRef = remoteRef;
+  }
+}

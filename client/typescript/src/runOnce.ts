@@ -1,0 +1,439 @@
+// runOnce(namespace, key, parameters, work, options): the run-once helper, the
+// same shape in every opreg client.
+//
+// 1. Claim. REPLAYED: return the stored result, or throw the stored business
+//    failure (BusinessError, replayed = true). IN_PROGRESS / RETRY_LATER: wait
+//    retry_after (plus jitter) and claim again, within one overall deadline.
+//    DEAD: OperationDeadError. RECONCILE: options.reconcile(lease, remoteRef)
+//    first; it says succeeded / failed / notApplied (then the work runs).
+// 2. While the work runs, the lease is renewed in the background (every
+//    renewEveryMs, default a third of the TTL). A renewal refused with
+//    STALE_FENCING_TOKEN or LEASE_NOT_HELD aborts the signal given to the work,
+//    and nothing is reported afterwards: runOnce throws LeaseLostError.
+// 3. The work's result is reported with Complete: a value is a success; a
+//    BusinessError a failure; a TransientError a retryable error; a
+//    SentButUnconfirmedError an unknown outcome; anything else a retryable error
+//    with errorClass = the error's name, then rethrown.
+// 4. UNAVAILABLE and DEADLINE_EXCEEDED from Claim, Renew, Complete and Lookup are
+//    retried with exponential backoff and full jitter inside the overall deadline;
+//    nothing else is. A Complete whose answer was lost is repeated with the same
+//    token and report (the server answers a repeated report as before).
+import { hostname } from "node:os";
+import { randomUUID } from "node:crypto";
+
+import { status as GrpcStatus } from "@grpc/grpc-js";
+
+import type { CallOptions, OpregClient } from "./client";
+import { effectiveDeadline } from "./client";
+import type { JsonObject } from "./digest";
+import {
+  BusinessError,
+  DeadlineExceededError,
+  LeaseLostError,
+  LeaseNotHeldError,
+  OperationDeadError,
+  OpregError,
+  ReconcileRequiredError,
+  SentButUnconfirmedError,
+  StaleFencingTokenError,
+  TransientError,
+} from "./errors";
+import {
+  ClaimOutcome,
+  OperationStatus,
+  type CompleteRequest,
+  type DeepPartial,
+  type Lease,
+  type Operation,
+  type RetryPolicy,
+} from "./gen/opreg/v1/registry";
+import { abortReason, durationFromMillis, millisFromDuration, sleep } from "./time";
+
+/** What work may return: the result bytes (a string is UTF-8 encoded), optionally with a reference. */
+export type WorkValue =
+  | Uint8Array
+  | string
+  | void
+  | undefined
+  | { result?: Uint8Array | string; resultRef?: string };
+
+/**
+ * The operation's body. `signal` aborts when the lease is lost (reason: a
+ * LeaseLostError) or when the caller's options.signal aborts.
+ */
+export type Work = (lease: Lease, signal: AbortSignal) => Promise<WorkValue> | WorkValue;
+
+/** What a reconciliation found out about the unknown outcome. */
+export type ReconcileOutcome =
+  | { kind: "succeeded"; result?: Uint8Array | string; resultRef?: string }
+  | { kind: "failed"; code: string; message: string }
+  | { kind: "notApplied" };
+
+export const Reconciled = {
+  /** The earlier attempt took effect: record it as a success with this result. */
+  succeeded(result?: Uint8Array | string, resultRef?: string): ReconcileOutcome {
+    return { kind: "succeeded", result, resultRef };
+  },
+  /** The earlier attempt ended in a business failure: record it. */
+  failed(code: string, message: string): ReconcileOutcome {
+    return { kind: "failed", code, message };
+  },
+  /** The earlier attempt did not take effect: run the work now, under this lease. */
+  notApplied(): ReconcileOutcome {
+    return { kind: "notApplied" };
+  },
+};
+
+/** Asks the remote system what happened to the attempt known by `remoteRef`. */
+export type Reconcile = (lease: Lease, remoteRef: string, signal: AbortSignal) => Promise<ReconcileOutcome>;
+
+export interface RunOnceOptions {
+  /** Names this process/task. Default: `hostname/pid/random UUID` (unique per call). */
+  owner?: string;
+  /** The scheduler's run id, recorded in the history. */
+  executionId?: string;
+  /** Lease length requested in Claim and Renew. Default 30 000 ms. */
+  leaseTtlMs?: number;
+  /** Renewal interval. Default: a third of leaseTtlMs. */
+  renewEveryMs?: number;
+  /** Overall deadline for claiming, waiting and retrying (the work itself is not cut). */
+  deadline?: Date | number;
+  /** Overall timeout in ms (the earlier of this and `deadline` applies). Default 120 000 ms. */
+  timeoutMs?: number;
+  /** Deadline of one call. Default 10 000 ms. */
+  callTimeoutMs?: number;
+  /** Transport retry backoff: full jitter over min(maxMs, initialMs * 2^n). Default 100 / 5 000 ms. */
+  backoff?: { initialMs?: number; maxMs?: number };
+  /** Cancels waiting and claiming, and is forwarded to the work's signal. */
+  signal?: AbortSignal;
+  /** Required to resolve a RECONCILE. */
+  reconcile?: Reconcile;
+  /** Used only when the operation is first registered. */
+  retryPolicy?: DeepPartial<RetryPolicy>;
+  /** Key of the operation this one compensates. */
+  compensates?: string;
+}
+
+export interface RunOnceResult {
+  result: Uint8Array;
+  resultRef: string;
+  /** The result was recorded earlier; the work did not run. */
+  replayed: boolean;
+  /** The result was established by options.reconcile. */
+  reconciled: boolean;
+  /** The operation as the registry returned it. */
+  operation: Operation | undefined;
+  /** `result` decoded as UTF-8. */
+  readonly text: string;
+}
+
+const DEFAULT_LEASE_TTL_MS = 30_000;
+const DEFAULT_TIMEOUT_MS = 120_000;
+const DEFAULT_CALL_TIMEOUT_MS = 10_000;
+const DEFAULT_BACKOFF_INITIAL_MS = 100;
+const DEFAULT_BACKOFF_MAX_MS = 5_000;
+
+interface RetryContext {
+  /** No attempt starts after it (epoch ms). */
+  deadlineAt: number;
+  callTimeoutMs: number;
+  initialMs: number;
+  maxMs: number;
+  signal?: AbortSignal;
+}
+
+function encode(value: Uint8Array | string | undefined): Uint8Array {
+  if (value === undefined) return new Uint8Array();
+  return typeof value === "string" ? new TextEncoder().encode(value) : value;
+}
+
+function makeResult(
+  result: Uint8Array,
+  resultRef: string,
+  replayed: boolean,
+  reconciled: boolean,
+  operation: Operation | undefined,
+): RunOnceResult {
+  return {
+    result,
+    resultRef,
+    replayed,
+    reconciled,
+    operation,
+    get text() {
+      return new TextDecoder().decode(result);
+    },
+  };
+}
+
+/** Full jitter: uniform in [0, min(max, initial * 2^(attempt-1))]. */
+function backoffMs(ctx: RetryContext, attempt: number): number {
+  return Math.random() * Math.min(ctx.maxMs, ctx.initialMs * 2 ** Math.min(attempt - 1, 30));
+}
+
+function isTransient(error: unknown): error is OpregError {
+  return error instanceof OpregError && error.transient;
+}
+
+function deadlineError(what: string, cause?: unknown): DeadlineExceededError {
+  return new DeadlineExceededError({
+    message: `${what}: the overall deadline passed`,
+    code: GrpcStatus.DEADLINE_EXCEEDED,
+    cause,
+  });
+}
+
+/** Calls `call` until it answers, retrying transient errors with backoff until ctx.deadlineAt. */
+export async function withRetries<T>(
+  what: string,
+  call: (options: CallOptions) => Promise<T>,
+  ctx: RetryContext,
+): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    const now = Date.now();
+    if (now >= ctx.deadlineAt) throw deadlineError(what);
+    try {
+      return await call({ signal: ctx.signal, deadline: Math.min(ctx.deadlineAt, now + ctx.callTimeoutMs) });
+    } catch (error) {
+      if (!isTransient(error)) throw error;
+      const wait = backoffMs(ctx, attempt);
+      if (Date.now() + wait >= ctx.deadlineAt) throw deadlineError(`${what} (${attempt} attempts)`, error);
+      await sleep(wait, ctx.signal);
+    }
+  }
+}
+
+/** Renews a lease in the background; on refusal records the loss and aborts the work's signal. */
+class LeaseKeeper {
+  lost: unknown = undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private inflight: Promise<void> = Promise.resolve();
+  private stopped = false;
+  private failures = 0;
+
+  constructor(
+    private readonly client: OpregClient,
+    private readonly request: { namespace: string; operationKey: string; owner: string; fencingToken: bigint; leaseTtlMs: number },
+    private readonly everyMs: number,
+    private readonly ctx: RetryContext,
+    private readonly controller: AbortController,
+  ) {}
+
+  start(): void {
+    this.schedule(this.everyMs);
+  }
+
+  /** Stops renewing and waits for a renewal in flight, so `lost` is final. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.inflight;
+  }
+
+  private schedule(ms: number): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.inflight = this.renew();
+    }, ms);
+  }
+
+  private async renew(): Promise<void> {
+    const { namespace, operationKey, owner, fencingToken, leaseTtlMs } = this.request;
+    try {
+      await this.client.renew(
+        { namespace, operationKey, owner, fencingToken, leaseTtl: durationFromMillis(leaseTtlMs) },
+        { timeoutMs: Math.min(this.ctx.callTimeoutMs, Math.max(this.everyMs, 1000)) },
+      );
+      this.failures = 0;
+      this.schedule(this.everyMs);
+    } catch (error) {
+      if (isTransient(error)) {
+        this.failures++;
+        this.schedule(Math.min(this.everyMs, backoffMs(this.ctx, this.failures)));
+        return;
+      }
+      // STALE_FENCING_TOKEN / LEASE_NOT_HELD (or anything else that is not
+      // transient): the lease cannot be confirmed; never report under it.
+      this.lost = error;
+      this.stopped = true;
+      this.controller.abort(new LeaseLostError(fencingToken, error));
+    }
+  }
+}
+
+type Report = Pick<DeepPartial<CompleteRequest>, "success" | "failure" | "retryable" | "unknown">;
+
+function describe(error: unknown): { name: string; message: string } {
+  if (error instanceof Error) return { name: error.name || "Error", message: error.message };
+  return { name: typeof error, message: String(error) };
+}
+
+function defaultOwner(): string {
+  return `${hostname()}/${process.pid}/${randomUUID()}`;
+}
+
+export async function runOnce(
+  client: OpregClient,
+  namespace: string,
+  operationKey: string,
+  parameters: JsonObject | Uint8Array,
+  work: Work,
+  options: RunOnceOptions = {},
+): Promise<RunOnceResult> {
+  const owner = options.owner ?? defaultOwner();
+  const leaseTtlMs = options.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS;
+  const renewEveryMs = options.renewEveryMs ?? Math.max(1, Math.floor(leaseTtlMs / 3));
+  const signal = options.signal;
+  const ctx: RetryContext = {
+    deadlineAt: effectiveDeadline({ deadline: options.deadline, timeoutMs: options.timeoutMs }, DEFAULT_TIMEOUT_MS) as number,
+    callTimeoutMs: options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS,
+    initialMs: options.backoff?.initialMs ?? DEFAULT_BACKOFF_INITIAL_MS,
+    maxMs: options.backoff?.maxMs ?? DEFAULT_BACKOFF_MAX_MS,
+    signal,
+  };
+  const what = `runOnce ${namespace}/${operationKey}`;
+  const claimRequest = {
+    namespace,
+    operationKey,
+    ...(parameters instanceof Uint8Array ? { parametersDigest: parameters } : { parameters }),
+    owner,
+    executionId: options.executionId ?? "",
+    leaseTtl: durationFromMillis(leaseTtlMs),
+    retryPolicy: options.retryPolicy,
+    compensates: options.compensates ?? "",
+  };
+
+  for (;;) {
+    if (signal?.aborted) throw abortReason(signal);
+    const response = await withRetries(`${what}: Claim`, (o) => client.claim(claimRequest, o), ctx);
+    const operation = response.operation;
+    switch (response.outcome) {
+      case ClaimOutcome.CLAIM_OUTCOME_REPLAYED:
+        if (operation?.status === OperationStatus.OPERATION_STATUS_FAILED) {
+          throw new BusinessError(operation.failure?.code ?? "", operation.failure?.message ?? "", {
+            replayed: true,
+            operation,
+          });
+        }
+        return makeResult(operation?.result ?? new Uint8Array(), operation?.resultRef ?? "", true, false, operation);
+      case ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS:
+      case ClaimOutcome.CLAIM_OUTCOME_RETRY_LATER: {
+        const retryAfter = millisFromDuration(response.retryAfter);
+        const wait = retryAfter + 10 + Math.random() * Math.min(1000, 50 + retryAfter * 0.2);
+        if (Date.now() + wait >= ctx.deadlineAt) {
+          throw deadlineError(`${what}: ${ClaimOutcome[response.outcome]}, next claim due in ${retryAfter} ms`);
+        }
+        await sleep(wait, signal);
+        continue;
+      }
+      case ClaimOutcome.CLAIM_OUTCOME_DEAD:
+        throw new OperationDeadError(operation);
+      case ClaimOutcome.CLAIM_OUTCOME_ACQUIRED:
+      case ClaimOutcome.CLAIM_OUTCOME_RECONCILE: {
+        const lease = response.lease;
+        if (lease === undefined) {
+          throw new OpregError({ message: `${what}: ${ClaimOutcome[response.outcome]} without a lease`, code: GrpcStatus.INTERNAL });
+        }
+        const remoteRef =
+          response.outcome === ClaimOutcome.CLAIM_OUTCOME_RECONCILE ? (operation?.remoteRef ?? "") : undefined;
+        return execute(lease, remoteRef);
+      }
+      default:
+        throw new OpregError({ message: `${what}: unexpected claim outcome ${response.outcome}`, code: GrpcStatus.UNKNOWN });
+    }
+  }
+
+  async function execute(lease: Lease, remoteRef: string | undefined): Promise<RunOnceResult> {
+    const controller = new AbortController();
+    const forward = () => controller.abort(abortReason(signal as AbortSignal));
+    if (signal?.aborted) forward();
+    else signal?.addEventListener("abort", forward, { once: true });
+    const keeper = new LeaseKeeper(
+      client,
+      { namespace, operationKey, owner, fencingToken: lease.fencingToken, leaseTtlMs },
+      renewEveryMs,
+      ctx,
+      controller,
+    );
+    keeper.start();
+
+    let report: Report;
+    let success: { result: Uint8Array; resultRef: string } | undefined;
+    let failure: unknown;
+    let reconciled = false;
+    try {
+      let value: WorkValue = undefined;
+      let runWork = true;
+      if (remoteRef !== undefined) {
+        if (options.reconcile === undefined) throw new ReconcileRequiredError(remoteRef);
+        let found: ReconcileOutcome;
+        try {
+          found = await options.reconcile(lease, remoteRef, controller.signal);
+        } catch (error) {
+          // Could not find out: the outcome stays unknown (a retryable report
+          // would forget it).
+          throw new SentButUnconfirmedError(remoteRef, `reconcile failed: ${describe(error).message}`, { cause: error });
+        }
+        if (found.kind === "succeeded") {
+          reconciled = true;
+          runWork = false;
+          value = { result: found.result, resultRef: found.resultRef };
+        } else if (found.kind === "failed") {
+          throw new BusinessError(found.code, found.message, { reconciled: true });
+        }
+      }
+      if (runWork) value = await work(lease, controller.signal);
+      const shaped: { result?: Uint8Array | string; resultRef?: string } =
+        value instanceof Uint8Array || typeof value === "string" || value === undefined || value === null
+          ? { result: value ?? undefined }
+          : value;
+      success = { result: encode(shaped.result), resultRef: shaped.resultRef ?? "" };
+      report = { success };
+    } catch (error) {
+      failure = error;
+      if (error instanceof BusinessError) {
+        report = { failure: { code: error.code, message: error.message } };
+      } else if (error instanceof ReconcileRequiredError) {
+        report = { unknown: { remoteRef: error.remoteRef, message: "not reconciled: runOnce was given no reconcile option" } };
+      } else if (error instanceof SentButUnconfirmedError) {
+        report = { unknown: { remoteRef: error.remoteRef, message: error.message } };
+      } else {
+        const { name, message } = describe(error);
+        const retryAfterMs = error instanceof TransientError ? error.retryAfterMs : undefined;
+        report = {
+          retryable: {
+            errorClass: name,
+            message,
+            retryAfter: retryAfterMs === undefined ? undefined : durationFromMillis(retryAfterMs),
+          },
+        };
+      }
+    } finally {
+      await keeper.stop();
+      signal?.removeEventListener("abort", forward);
+    }
+
+    // A lost lease: whatever the work did, nothing is reported under it.
+    if (keeper.lost !== undefined) throw new LeaseLostError(lease.fencingToken, keeper.lost);
+
+    let completed;
+    try {
+      // Reported even if the caller's signal aborted meanwhile; at least one attempt
+      // of a full call timeout even if the overall deadline has passed.
+      completed = await withRetries(
+        `${what}: Complete`,
+        (o) => client.complete({ namespace, operationKey, fencingToken: lease.fencingToken, ...report }, o),
+        { ...ctx, signal: undefined, deadlineAt: Math.max(ctx.deadlineAt, Date.now() + ctx.callTimeoutMs) },
+      );
+    } catch (error) {
+      if (error instanceof StaleFencingTokenError || error instanceof LeaseNotHeldError) {
+        throw new LeaseLostError(lease.fencingToken, error);
+      }
+      throw error;
+    }
+    if (success !== undefined) {
+      return makeResult(success.result, success.resultRef, false, reconciled, completed.operation);
+    }
+    throw failure;
+  }
+}

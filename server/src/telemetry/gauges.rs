@@ -1,0 +1,81 @@
+//! One periodic task reads the backlog with one aggregate query and sets the
+//! database gauges and the health status from it; nothing per request.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use super::metrics;
+use crate::domain::operation::Status;
+use crate::store::operations::{self, BacklogRow};
+
+/// Service names whose health follows the database: the server ("") and the registry.
+pub const HEALTH_SERVICES: [&str; 2] = ["", "opreg.v1.OperationRegistry"];
+
+/// Refreshes the gauges every `interval` until the task is aborted.
+pub async fn refresh_forever(pool: PgPool, health: HealthReporter, interval: Duration) {
+    let mut reported = Reported::default();
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let backlog = operations::backlog(&pool).await;
+        let up = backlog.is_ok();
+        match backlog {
+            Ok(rows) => reported.set(&rows),
+            Err(error) => tracing::warn!(%error, "cannot read the backlog; reporting NOT_SERVING"),
+        }
+        metrics::store_up(up);
+        metrics::pool(pool.size(), pool.num_idle());
+        set_health(&health, up).await;
+    }
+}
+
+pub async fn set_health(health: &HealthReporter, serving: bool) {
+    let status = if serving {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    };
+    for service in HEALTH_SERVICES {
+        health.set_service_status(service, status).await;
+    }
+}
+
+/// Label sets reported so far, so a backlog that empties drops to zero
+/// instead of freezing at its last value.
+#[derive(Default)]
+struct Reported {
+    backlog: HashMap<(String, Status), f64>,
+    unknown: HashMap<String, (f64, f64)>,
+}
+
+impl Reported {
+    fn set(&mut self, rows: &[BacklogRow]) {
+        let mut backlog: HashMap<(String, Status), f64> =
+            self.backlog.keys().map(|key| (key.clone(), 0.0)).collect();
+        let mut unknown: HashMap<String, (f64, f64)> = self
+            .unknown
+            .keys()
+            .map(|namespace| (namespace.clone(), (0.0, 0.0)))
+            .collect();
+        for row in rows {
+            let namespace = metrics::namespace_label(&row.namespace);
+            *backlog.entry((namespace.clone(), row.status)).or_default() += row.operations as f64;
+            let entry = unknown.entry(namespace).or_default();
+            entry.0 += row.unknown as f64;
+            entry.1 = entry.1.max(row.oldest_unknown_age_seconds.unwrap_or(0.0));
+        }
+        for ((namespace, status), operations) in &backlog {
+            metrics::backlog(namespace, *status, *operations);
+        }
+        for (namespace, (unresolved, oldest)) in &unknown {
+            metrics::unknown(namespace, *unresolved, *oldest);
+        }
+        self.backlog = backlog;
+        self.unknown = unknown;
+    }
+}

@@ -1,0 +1,307 @@
+//! Every metric opreg exports: names (a public contract — dashboards and
+//! alerts depend on them), units, help texts, buckets, and the functions that
+//! record them. Nothing else in the code names a metric.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
+
+use metrics::{
+    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::domain::claim::ClaimOutcome;
+use crate::domain::operation::{ExecutionKind, Status};
+
+pub const CLAIMS: &str = "opreg_claims_total";
+pub const REGISTERED: &str = "opreg_operations_registered_total";
+pub const PARAMETER_CONFLICTS: &str = "opreg_parameter_conflicts_total";
+pub const UNKNOWN_OUTCOMES: &str = "opreg_unknown_outcomes_total";
+pub const OPERATIONS_UNKNOWN: &str = "opreg_operations_unknown";
+pub const UNKNOWN_OLDEST_AGE: &str = "opreg_unknown_oldest_age_seconds";
+pub const EXECUTIONS: &str = "opreg_executions_total";
+pub const ATTEMPTS_PER_OPERATION: &str = "opreg_attempts_per_operation";
+pub const COMPLETIONS: &str = "opreg_completions_total";
+pub const STALE_TOKEN_REJECTIONS: &str = "opreg_stale_token_rejections_total";
+pub const LEASE_TAKEOVERS: &str = "opreg_lease_takeovers_total";
+pub const COMPENSATIONS: &str = "opreg_compensations_total";
+pub const OPERATIONS: &str = "opreg_operations";
+pub const STORE_UP: &str = "opreg_store_up";
+pub const GRPC_STARTED: &str = "grpc_server_started_total";
+pub const GRPC_HANDLED: &str = "grpc_server_handled_total";
+pub const GRPC_HANDLING_SECONDS: &str = "grpc_server_handling_seconds";
+pub const POOL_CONNECTIONS: &str = "opreg_db_pool_connections";
+pub const POOL_WAITING: &str = "opreg_db_pool_waiting";
+pub const QUERY_DURATION: &str = "opreg_db_query_duration_seconds";
+
+const ATTEMPT_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0];
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The namespace label used once the cap of distinct namespaces is reached.
+pub const OTHER_NAMESPACE: &str = "other";
+
+struct Exporter {
+    handle: PrometheusHandle,
+    namespaces: Mutex<HashSet<String>>,
+    namespace_cap: usize,
+}
+
+static EXPORTER: OnceLock<Exporter> = OnceLock::new();
+
+/// Installs the process-wide recorder (once; later calls reuse it) and
+/// returns the handle that renders `/metrics`.
+pub fn install(namespace_cap: usize) -> Result<PrometheusHandle, String> {
+    if let Some(exporter) = EXPORTER.get() {
+        return Ok(exporter.handle.clone());
+    }
+    let recorder = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(ATTEMPTS_PER_OPERATION.into()),
+            ATTEMPT_BUCKETS,
+        )
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full(GRPC_HANDLING_SECONDS.into()), LATENCY_BUCKETS)
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full(QUERY_DURATION.into()), LATENCY_BUCKETS)
+        })
+        .map_err(|error| error.to_string())?
+        .build_recorder();
+    let handle = recorder.handle();
+    let exporter = Exporter {
+        handle,
+        namespaces: Mutex::new(HashSet::new()),
+        namespace_cap,
+    };
+    if EXPORTER.set(exporter).is_ok() {
+        metrics::set_global_recorder(recorder).map_err(|error| error.to_string())?;
+        describe();
+    }
+    Ok(EXPORTER
+        .get()
+        .map(|e| e.handle.clone())
+        .ok_or("metrics exporter missing")?)
+}
+
+fn describe() {
+    describe_counter!(
+        CLAIMS,
+        Unit::Count,
+        "Claims answered, by outcome (acquired, replayed, in_progress, retry_later, reconcile, dead, conflict, invalid)."
+    );
+    describe_counter!(
+        REGISTERED,
+        Unit::Count,
+        "Operations registered for the first time (new keys)."
+    );
+    describe_counter!(
+        PARAMETER_CONFLICTS,
+        Unit::Count,
+        "Claims refused because the key is registered with different parameters."
+    );
+    describe_counter!(
+        UNKNOWN_OUTCOMES,
+        Unit::Count,
+        "Completes that reported an unknown outcome."
+    );
+    describe_gauge!(
+        OPERATIONS_UNKNOWN,
+        Unit::Count,
+        "Operations whose unknown outcome is not resolved yet, including those under a reconcile lease."
+    );
+    describe_gauge!(
+        UNKNOWN_OLDEST_AGE,
+        Unit::Seconds,
+        "Age of the oldest unresolved unknown outcome."
+    );
+    describe_counter!(
+        EXECUTIONS,
+        Unit::Count,
+        "Executions started or resumed, by kind (first, retry, takeover, reconcile, resume)."
+    );
+    describe_histogram!(
+        ATTEMPTS_PER_OPERATION,
+        Unit::Count,
+        "Attempts an operation took when it reached SUCCEEDED, FAILED or DEAD."
+    );
+    describe_counter!(
+        COMPLETIONS,
+        Unit::Count,
+        "Outcomes recorded by Complete, by outcome (success, failure, retryable, unknown)."
+    );
+    describe_counter!(
+        STALE_TOKEN_REJECTIONS,
+        Unit::Count,
+        "Calls refused because their fencing token was superseded, by rpc."
+    );
+    describe_counter!(
+        LEASE_TAKEOVERS,
+        Unit::Count,
+        "Expired leases taken over by another claim."
+    );
+    describe_counter!(
+        COMPENSATIONS,
+        Unit::Count,
+        "Compensating operations registered."
+    );
+    describe_gauge!(
+        OPERATIONS,
+        Unit::Count,
+        "Backlog by status (in_progress, retry_scheduled, unknown, dead), read from the database."
+    );
+    describe_gauge!(
+        STORE_UP,
+        Unit::Count,
+        "1 when the last periodic database query succeeded, else 0."
+    );
+    describe_counter!(GRPC_STARTED, Unit::Count, "RPCs started on the server.");
+    describe_counter!(
+        GRPC_HANDLED,
+        Unit::Count,
+        "RPCs completed on the server, by gRPC status code."
+    );
+    describe_histogram!(
+        GRPC_HANDLING_SECONDS,
+        Unit::Seconds,
+        "Time from receiving an RPC to sending its status."
+    );
+    describe_gauge!(
+        POOL_CONNECTIONS,
+        Unit::Count,
+        "Database connections in the pool, by state (size, idle)."
+    );
+    describe_gauge!(
+        POOL_WAITING,
+        Unit::Count,
+        "Requests waiting for a database connection."
+    );
+    describe_histogram!(
+        QUERY_DURATION,
+        Unit::Seconds,
+        "Duration of database statements, by query."
+    );
+}
+
+/// The label for `namespace`: itself while fewer than the cap have been seen,
+/// else `other`, so label cardinality stays bounded.
+pub fn namespace_label(namespace: &str) -> String {
+    let Some(exporter) = EXPORTER.get() else {
+        return OTHER_NAMESPACE.to_owned();
+    };
+    let mut seen = exporter
+        .namespaces
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if seen.contains(namespace) {
+        return namespace.to_owned();
+    }
+    if seen.len() < exporter.namespace_cap {
+        seen.insert(namespace.to_owned());
+        return namespace.to_owned();
+    }
+    OTHER_NAMESPACE.to_owned()
+}
+
+pub fn claim_answered(namespace: &str, outcome: &'static str) {
+    counter!(CLAIMS, "namespace" => namespace_label(namespace), "outcome" => outcome).increment(1);
+}
+
+pub fn claim_outcome_label(outcome: ClaimOutcome) -> &'static str {
+    match outcome {
+        ClaimOutcome::Acquired => "acquired",
+        ClaimOutcome::Replayed => "replayed",
+        ClaimOutcome::InProgress => "in_progress",
+        ClaimOutcome::RetryLater => "retry_later",
+        ClaimOutcome::Reconcile => "reconcile",
+        ClaimOutcome::Dead => "dead",
+    }
+}
+
+pub fn registered(namespace: &str) {
+    counter!(REGISTERED, "namespace" => namespace_label(namespace)).increment(1);
+}
+
+pub fn parameter_conflict(namespace: &str) {
+    counter!(PARAMETER_CONFLICTS, "namespace" => namespace_label(namespace)).increment(1);
+}
+
+/// An execution started (or, for `None`, a live lease resumed).
+pub fn execution(namespace: &str, kind: Option<ExecutionKind>) {
+    let kind = kind.map_or("resume", ExecutionKind::as_str);
+    counter!(EXECUTIONS, "namespace" => namespace_label(namespace), "kind" => kind).increment(1);
+    if kind == ExecutionKind::Takeover.as_str() {
+        counter!(LEASE_TAKEOVERS, "namespace" => namespace_label(namespace)).increment(1);
+    }
+}
+
+pub fn compensation(namespace: &str) {
+    counter!(COMPENSATIONS, "namespace" => namespace_label(namespace)).increment(1);
+}
+
+pub fn completion(namespace: &str, outcome: &'static str) {
+    counter!(COMPLETIONS, "namespace" => namespace_label(namespace), "outcome" => outcome)
+        .increment(1);
+    if outcome == "unknown" {
+        counter!(UNKNOWN_OUTCOMES, "namespace" => namespace_label(namespace)).increment(1);
+    }
+}
+
+/// An operation reached a terminal status after `attempts` attempts.
+pub fn finished(namespace: &str, status: Status, attempts: u32) {
+    if matches!(status, Status::Succeeded | Status::Failed | Status::Dead) {
+        histogram!(ATTEMPTS_PER_OPERATION, "namespace" => namespace_label(namespace))
+            .record(f64::from(attempts));
+    }
+}
+
+pub fn stale_token(namespace: &str, rpc: &'static str) {
+    counter!(STALE_TOKEN_REJECTIONS, "namespace" => namespace_label(namespace), "rpc" => rpc)
+        .increment(1);
+}
+
+pub fn grpc_started(service: &str, method: &str, kind: &'static str) {
+    counter!(GRPC_STARTED, "grpc_service" => service.to_owned(), "grpc_method" => method.to_owned(), "grpc_type" => kind)
+        .increment(1);
+}
+
+pub fn grpc_handled(
+    service: &str,
+    method: &str,
+    kind: &'static str,
+    code: &'static str,
+    seconds: f64,
+) {
+    counter!(GRPC_HANDLED, "grpc_service" => service.to_owned(), "grpc_method" => method.to_owned(), "grpc_type" => kind, "grpc_code" => code)
+        .increment(1);
+    histogram!(GRPC_HANDLING_SECONDS, "grpc_service" => service.to_owned(), "grpc_method" => method.to_owned(), "grpc_type" => kind)
+        .record(seconds);
+}
+
+pub fn pool(size: u32, idle: usize) {
+    gauge!(POOL_CONNECTIONS, "state" => "size").set(f64::from(size));
+    gauge!(POOL_CONNECTIONS, "state" => "idle").set(idle as f64);
+}
+
+pub fn pool_waiting() -> metrics::Gauge {
+    gauge!(POOL_WAITING)
+}
+
+pub fn query(name: &'static str, seconds: f64) {
+    histogram!(QUERY_DURATION, "query" => name).record(seconds);
+}
+
+pub fn store_up(up: bool) {
+    gauge!(STORE_UP).set(if up { 1.0 } else { 0.0 });
+}
+
+pub fn backlog(namespace: &str, status: Status, operations: f64) {
+    gauge!(OPERATIONS, "namespace" => namespace.to_owned(), "status" => status.as_str())
+        .set(operations);
+}
+
+pub fn unknown(namespace: &str, unresolved: f64, oldest_age_seconds: f64) {
+    gauge!(OPERATIONS_UNKNOWN, "namespace" => namespace.to_owned()).set(unresolved);
+    gauge!(UNKNOWN_OLDEST_AGE, "namespace" => namespace.to_owned()).set(oldest_age_seconds);
+}
