@@ -27,7 +27,7 @@ pub struct TestApp {
     /// Direct access to the test's database, for assertions.
     pub db: PgPool,
     pub db_options: PgConnectOptions,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 pub async fn spawn_app() -> TestApp {
@@ -66,11 +66,18 @@ pub async fn serve(config: &Config, pool: PgPool, db_options: PgConnectOptions) 
         metrics_addr,
         db,
         db_options,
-        _stop: stop,
+        stop: Some(stop),
     }
 }
 
 impl TestApp {
+    /// Starts the server's graceful shutdown, as SIGTERM does.
+    pub fn begin_shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
     /// Another client with its own HTTP/2 connection.
     pub async fn new_client(&self) -> Client {
         opreg_client::connect(self.endpoint.clone()).await.unwrap()
@@ -294,4 +301,71 @@ fn remove_stale_clusters() {
 
 pub fn is_outcome(response: &pb::ClaimResponse, expected: ClaimOutcome) -> bool {
     outcome(response) == expected
+}
+
+/// One scrape of `/metrics`: series (name plus sorted labels) to value.
+#[derive(Debug, Default)]
+pub struct Scrape {
+    pub series: std::collections::HashMap<String, f64>,
+    pub text: String,
+}
+
+impl Scrape {
+    /// The value of `name` with exactly `labels` (any order), 0 when absent.
+    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.series
+            .get(&series_key(name, labels))
+            .copied()
+            .unwrap_or(0.0)
+    }
+}
+
+fn series_key(name: &str, labels: &[(&str, &str)]) -> String {
+    let mut labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    labels.sort();
+    format!("{name}{{{}}}", labels.join(","))
+}
+
+/// Reads the Prometheus text at `http://{addr}/metrics`.
+pub async fn scrape(addr: std::net::SocketAddr) -> Scrape {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: opreg\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        !head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{head}"
+    );
+    let mut series = std::collections::HashMap::new();
+    for line in body
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+    {
+        let (metric, value) = line.rsplit_once(' ').unwrap();
+        let (name, labels) = match metric.split_once('{') {
+            Some((name, labels)) => (name, labels.trim_end_matches('}')),
+            None => (metric, ""),
+        };
+        let labels: Vec<(&str, &str)> = labels
+            .split("\",")
+            .filter(|pair| !pair.is_empty())
+            .map(|pair| {
+                let (k, v) = pair.split_once('=').unwrap();
+                (k, v.trim_matches('"'))
+            })
+            .collect();
+        series.insert(series_key(name, &labels), value.parse().unwrap());
+    }
+    Scrape {
+        series,
+        text: body.to_owned(),
+    }
 }
