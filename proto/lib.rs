@@ -6,5 +6,7 @@ pub mod v1 {
     tonic::include_proto!("opreg.v1");
 }
 
+pub mod parameters;
+
 /// The encoded `FileDescriptorSet` of the contract, for server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("opreg_descriptor");

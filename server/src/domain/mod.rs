@@ -6,6 +6,8 @@ pub mod commands;
 pub mod complete;
 pub mod error;
 pub mod operation;
-pub mod parameters;
 pub mod policy;
+
+/// Fingerprints are part of the contract, shared with the clients.
+pub use opreg_proto::parameters;
 pub mod text;

@@ -1,4 +1,5 @@
-//! Parameter fingerprints: RFC 8785 canonical JSON hashed with SHA-256.
+//! Parameter fingerprints, part of the contract: RFC 8785 canonical JSON
+//! hashed with SHA-256, computed the same way by the server and every client.
 //!
 //! The rule, shared with every client:
 //! - object members whose value is `null` are dropped, at every depth; `null`
@@ -31,6 +32,12 @@ impl Fingerprint {
     /// Canonicalises a Struct; `None` when it holds NaN or an infinity.
     pub fn from_struct(parameters: &prost_types::Struct) -> Result<Self, NonFiniteNumber> {
         let canonical = canonical_text(&Json::from_struct(parameters))?;
+        Ok(Self::from_canonical(canonical))
+    }
+
+    /// Canonicalises JSON parameters, as a client does before sending a digest.
+    pub fn from_json(parameters: &serde_json::Value) -> Result<Self, NonFiniteNumber> {
+        let canonical = canonical_text(&Json::from_serde(parameters))?;
         Ok(Self::from_canonical(canonical))
     }
 
@@ -298,6 +305,37 @@ mod tests {
             let text = canonical_text(&Json::Number(n)).unwrap();
             let parsed: f64 = text.parse().unwrap();
             prop_assert!(parsed == n, "{} -> {}", n, text);
+        }
+    }
+
+    /// The vectors every client checks, produced by an independent implementation.
+    #[test]
+    fn shared_vectors_match() {
+        let vectors: Vec<serde_json::Value> =
+            serde_json::from_str(include_str!("../client/testdata/parameter_digests.json"))
+                .unwrap();
+        assert!(vectors.len() >= 10);
+        for vector in vectors {
+            let input: serde_json::Value =
+                serde_json::from_str(vector["input"].as_str().unwrap()).unwrap();
+            let fingerprint = Fingerprint::from_json(&input).unwrap();
+            assert_eq!(
+                fingerprint.canonical.as_deref(),
+                vector["canonical"].as_str(),
+                "{}",
+                vector["name"]
+            );
+            let hex: String = fingerprint
+                .digest
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            assert_eq!(
+                Some(hex.as_str()),
+                vector["sha256"].as_str(),
+                "{}",
+                vector["name"]
+            );
         }
     }
 
