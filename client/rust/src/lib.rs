@@ -1,36 +1,29 @@
-//! Typed Rust client for opreg: the generated stubs, a connection helper, and
-//! access to the `google.rpc.ErrorInfo` every opreg error carries.
+//! Typed Rust client for opreg.
+//!
+//! - [`Client`]: one typed method per RPC, errors decoded from their
+//!   `google.rpc.ErrorInfo` into [`Error`].
+//! - [`RunOnce`]: the protocol done right — claim, renew while working, stop
+//!   when the lease is lost, complete, retry transport failures inside one
+//!   deadline.
+//! - [`parameters`] and [`parameters_digest`]: the contract's parameter rule.
 
-use tonic::transport::{Channel, Endpoint};
-use tonic_types::{ErrorInfo, StatusExt};
+mod backoff;
+mod client;
+mod error;
+mod run_once;
 
+pub use client::{Client, ERROR_DOMAIN, error_info, error_reason};
+pub use error::Error;
 pub use opreg_proto::v1 as proto;
 pub use opreg_proto::v1::operation_registry_client::OperationRegistryClient;
+pub use run_once::{Completed, LeaseHandle, RunError, RunOnce, Success, Verdict, WorkError};
 
-/// The `ErrorInfo` domain of opreg's errors.
-pub const ERROR_DOMAIN: &str = "opreg";
-
-/// Connects to an opreg server, e.g. `http://127.0.0.1:50051`.
+/// Connects to an opreg server, e.g. `http://127.0.0.1:50051`, returning the
+/// generated stub.
 pub async fn connect(
     endpoint: impl Into<String>,
-) -> Result<OperationRegistryClient<Channel>, tonic::transport::Error> {
-    let channel = Endpoint::from_shared(endpoint.into())?
-        .tcp_nodelay(true)
-        .connect()
-        .await?;
-    Ok(OperationRegistryClient::new(channel))
-}
-
-/// The opreg `ErrorInfo` of a failed call, if it carries one.
-pub fn error_info(status: &tonic::Status) -> Option<ErrorInfo> {
-    status
-        .get_details_error_info()
-        .filter(|info| info.domain == ERROR_DOMAIN)
-}
-
-/// The `ErrorInfo.reason` of a failed call, e.g. `PARAMETER_CONFLICT`.
-pub fn error_reason(status: &tonic::Status) -> Option<String> {
-    error_info(status).map(|info| info.reason)
+) -> Result<OperationRegistryClient<tonic::transport::Channel>, tonic::transport::Error> {
+    Ok(Client::connect(endpoint).await?.into_inner())
 }
 
 /// Builds `ClaimRequest.parameters` from JSON. Integers beyond 2^53 lose
@@ -40,6 +33,14 @@ pub fn parameters(json: serde_json::Value) -> prost_types::Struct {
         Some(prost_types::value::Kind::StructValue(object)) => object,
         _ => prost_types::Struct::default(),
     }
+}
+
+/// The SHA-256 of the RFC 8785 canonical form of `json`: what the server
+/// computes for the same parameters sent as a Struct.
+pub fn parameters_digest(
+    json: &serde_json::Value,
+) -> Result<Vec<u8>, opreg_proto::parameters::NonFiniteNumber> {
+    opreg_proto::parameters::Fingerprint::from_json(json).map(|fingerprint| fingerprint.digest)
 }
 
 fn value(json: serde_json::Value) -> prost_types::Value {

@@ -1,0 +1,419 @@
+//! `opreg`: inspect and drive an opreg server from a shell, in the style of etcdctl.
+
+mod render;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use opreg_client::proto as pb;
+use opreg_client::{Client, Error};
+
+use render::Output;
+
+/// Inspect and drive an opreg operation registry.
+///
+/// opreg makes repeated executions of one business operation converge to one
+/// result. An operation is named by a namespace and a stable business key
+/// (e.g. settlement:A:W:V); each execution holds a lease with a fencing token.
+///
+/// Exit codes: 0 success, 1 other error, 2 usage, 3 not found, 4 conflict
+/// (different parameters, a different outcome already recorded, or a refused
+/// compensation), 5 stale fencing token or lease held by another owner,
+/// 6 unavailable (server or database; retry later).
+#[derive(Debug, Parser)]
+#[command(name = "opreg", version, about, long_about)]
+struct Cli {
+    /// Server address.
+    #[arg(
+        long,
+        global = true,
+        env = "OPREG_ENDPOINT",
+        default_value = "http://127.0.0.1:50051"
+    )]
+    endpoint: String,
+
+    /// Namespace of the operations and resources.
+    #[arg(
+        long,
+        short,
+        global = true,
+        env = "OPREG_NAMESPACE",
+        default_value = "default"
+    )]
+    namespace: String,
+
+    /// Output format.
+    #[arg(long, short, global = true, value_enum, default_value_t = Format::Table)]
+    output: Format,
+
+    /// Deadline of the call.
+    #[arg(long, global = true, default_value = "10s", value_parser = humantime_duration)]
+    timeout: Duration,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Format {
+    Json,
+    Table,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show an operation: status, result, lease, and optionally every execution.
+    ///
+    /// Answers "did my timed-out call commit?": SUCCEEDED with a result means
+    /// it did; the executions list each attempt, takeover and reconciliation.
+    Lookup {
+        key: String,
+        /// Include the execution history.
+        #[arg(long)]
+        executions: bool,
+    },
+    /// Register an operation, or learn what to do about an existing one.
+    ///
+    /// Outcomes:
+    ///   ACQUIRED     execute now; you hold the lease and its fencing token.
+    ///   REPLAYED     a result (or business failure) is recorded: use it, do not execute.
+    ///   IN_PROGRESS  another owner holds a live lease; try again after retry_after.
+    ///   RETRY_LATER  a retry is scheduled but not due; try again after retry_after.
+    ///   RECONCILE    the last outcome is unknown: check the remote system before
+    ///                executing, then complete with what you found.
+    ///   DEAD         the retry budget is exhausted; a human must decide.
+    /// The same key with different parameters fails with a conflict (exit 4).
+    #[command(verbatim_doc_comment)]
+    Claim(ClaimArgs),
+    /// Record the outcome of the execution holding a fencing token.
+    ///
+    /// Repeating the same Complete returns the same answer; a different
+    /// outcome for the same token is refused (exit 4); a superseded token is
+    /// refused (exit 5).
+    Complete {
+        key: String,
+        /// The fencing token of the lease.
+        #[arg(long)]
+        token: u64,
+        #[command(subcommand)]
+        outcome: CompleteOutcome,
+    },
+    /// Extend a lease. Fails (exit 5) once another execution took over: stop writing.
+    Renew {
+        key: String,
+        #[arg(long)]
+        owner: String,
+        #[arg(long)]
+        token: u64,
+        /// New lease length from now.
+        #[arg(long, value_parser = humantime_duration)]
+        lease_ttl: Option<Duration>,
+    },
+    /// Read or write a resource protected by fencing tokens.
+    Resource {
+        #[command(subcommand)]
+        command: ResourceCommand,
+    },
+}
+
+#[derive(Debug, Args)]
+struct ClaimArgs {
+    key: String,
+    /// Names this process; a live holder that claims again resumes its lease.
+    #[arg(long)]
+    owner: String,
+    /// Parameters as a JSON object, canonicalised and hashed by the server.
+    #[arg(long, conflicts_with = "digest")]
+    params: Option<String>,
+    /// A parameters digest you computed, in hex (16 to 64 bytes).
+    #[arg(long)]
+    digest: Option<String>,
+    /// The scheduler's run id, recorded in the history.
+    #[arg(long, default_value = "")]
+    execution_id: String,
+    #[arg(long, value_parser = humantime_duration)]
+    lease_ttl: Option<Duration>,
+    /// Key of the succeeded operation this one compensates.
+    #[arg(long, default_value = "")]
+    compensates: String,
+}
+
+#[derive(Debug, Subcommand)]
+enum CompleteOutcome {
+    /// The operation took effect.
+    Success {
+        /// The result, as text.
+        #[arg(long, default_value = "")]
+        result: String,
+        /// A reference to the result (ledger entry, file, ...).
+        #[arg(long, default_value = "")]
+        result_ref: String,
+    },
+    /// A terminal business failure (e.g. insufficient balance), replayed like a success.
+    Failure {
+        code: String,
+        #[arg(long, default_value = "")]
+        message: String,
+    },
+    /// Worth another attempt: scheduled with backoff inside the retry budget.
+    Retryable {
+        error_class: String,
+        #[arg(long, default_value = "")]
+        message: String,
+        /// Not before this long (downstream pushback).
+        #[arg(long, value_parser = humantime_duration)]
+        retry_after: Option<Duration>,
+    },
+    /// The call may or may not have taken effect; it will be reconciled first.
+    Unknown {
+        remote_ref: String,
+        #[arg(long, default_value = "")]
+        message: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ResourceCommand {
+    /// Show a resource's value, fence, version and last writer.
+    Get { resource: String },
+    /// Write a resource under an operation's current fencing token.
+    Write {
+        resource: String,
+        /// The operation whose lease authorises the write.
+        #[arg(long)]
+        key: String,
+        #[arg(long)]
+        token: u64,
+        #[arg(long)]
+        value: String,
+    },
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let output = Output::new(matches!(cli.output, Format::Json));
+    let client = match Client::connect_lazy(cli.endpoint.clone()) {
+        Ok(client) => client,
+        Err(error) => {
+            eprintln!("opreg: invalid endpoint {}: {error}", cli.endpoint);
+            return ExitCode::from(2);
+        }
+    };
+    let called = tokio::time::timeout(cli.timeout, run(&cli, &client, &output)).await;
+    match called {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(error)) => {
+            eprintln!("opreg: {error}");
+            ExitCode::from(exit_code(&error))
+        }
+        Err(_) => {
+            eprintln!("opreg: no answer within {:?}", cli.timeout);
+            ExitCode::from(6)
+        }
+    }
+}
+
+async fn run(cli: &Cli, client: &Client, output: &Output) -> Result<(), Error> {
+    let namespace = cli.namespace.clone();
+    match &cli.command {
+        Command::Lookup { key, executions } => {
+            let found = client
+                .lookup(pb::LookupRequest {
+                    namespace,
+                    operation_key: key.clone(),
+                    include_executions: *executions,
+                })
+                .await?;
+            output.lookup(&found);
+        }
+        Command::Claim(args) => {
+            let claimed = client.claim(claim_request(namespace, args)?).await?;
+            output.claim(&claimed);
+        }
+        Command::Complete {
+            key,
+            token,
+            outcome,
+        } => {
+            let completed = client
+                .complete(pb::CompleteRequest {
+                    namespace,
+                    operation_key: key.clone(),
+                    fencing_token: *token,
+                    outcome: Some(complete_outcome(outcome)),
+                })
+                .await?;
+            output.operation(&completed.operation.unwrap_or_default());
+        }
+        Command::Renew {
+            key,
+            owner,
+            token,
+            lease_ttl,
+        } => {
+            let renewed = client
+                .renew(pb::RenewRequest {
+                    namespace,
+                    operation_key: key.clone(),
+                    owner: owner.clone(),
+                    fencing_token: *token,
+                    lease_ttl: lease_ttl.map(proto_duration),
+                })
+                .await?;
+            output.lease(&renewed.lease.unwrap_or_default());
+        }
+        Command::Resource {
+            command: ResourceCommand::Get { resource },
+        } => {
+            let found = client
+                .get_resource(pb::GetResourceRequest {
+                    namespace,
+                    resource: resource.clone(),
+                })
+                .await?;
+            output.resource(&found);
+        }
+        Command::Resource {
+            command:
+                ResourceCommand::Write {
+                    resource,
+                    key,
+                    token,
+                    value,
+                },
+        } => {
+            let written = client
+                .fenced_write(pb::FencedWriteRequest {
+                    namespace,
+                    resource: resource.clone(),
+                    operation_key: key.clone(),
+                    fencing_token: *token,
+                    value: value.clone().into_bytes(),
+                })
+                .await?;
+            output.written(&written);
+        }
+    }
+    Ok(())
+}
+
+fn claim_request(namespace: String, args: &ClaimArgs) -> Result<pb::ClaimRequest, Error> {
+    use pb::claim_request::Fingerprint;
+    let invalid = |field: &str, why: String| Error::InvalidArgument {
+        violations: vec![(field.to_owned(), why)],
+    };
+    let fingerprint = match (&args.params, &args.digest) {
+        (_, Some(digest)) => Fingerprint::ParametersDigest(
+            hex::decode(digest).map_err(|error| invalid("--digest", error.to_string()))?,
+        ),
+        (Some(params), None) => {
+            let json: serde_json::Value = serde_json::from_str(params)
+                .map_err(|error| invalid("--params", error.to_string()))?;
+            if !json.is_object() {
+                return Err(invalid("--params", "must be a JSON object".into()));
+            }
+            Fingerprint::Parameters(opreg_client::parameters(json))
+        }
+        (None, None) => Fingerprint::Parameters(prost_types::Struct::default()),
+    };
+    Ok(pb::ClaimRequest {
+        namespace,
+        operation_key: args.key.clone(),
+        fingerprint: Some(fingerprint),
+        owner: args.owner.clone(),
+        execution_id: args.execution_id.clone(),
+        lease_ttl: args.lease_ttl.map(proto_duration),
+        retry_policy: None,
+        compensates: args.compensates.clone(),
+    })
+}
+
+fn complete_outcome(outcome: &CompleteOutcome) -> pb::complete_request::Outcome {
+    use pb::complete_request::Outcome;
+    match outcome {
+        CompleteOutcome::Success { result, result_ref } => Outcome::Success(pb::Success {
+            result: result.clone().into_bytes(),
+            result_ref: result_ref.clone(),
+        }),
+        CompleteOutcome::Failure { code, message } => Outcome::Failure(pb::Failure {
+            code: code.clone(),
+            message: message.clone(),
+        }),
+        CompleteOutcome::Retryable {
+            error_class,
+            message,
+            retry_after,
+        } => Outcome::Retryable(pb::RetryableError {
+            error_class: error_class.clone(),
+            message: message.clone(),
+            retry_after: retry_after.map(proto_duration),
+        }),
+        CompleteOutcome::Unknown {
+            remote_ref,
+            message,
+        } => Outcome::Unknown(pb::UnknownOutcome {
+            remote_ref: remote_ref.clone(),
+            message: message.clone(),
+        }),
+    }
+}
+
+/// Exit codes scripts can branch on; see `opreg --help`.
+fn exit_code(error: &Error) -> u8 {
+    match error {
+        Error::NotFound { .. } => 3,
+        Error::ParameterConflict { .. } | Error::AlreadyCompleted | Error::Compensation { .. } => 4,
+        Error::StaleFencingToken { .. } | Error::LeaseNotHeld => 5,
+        Error::Unavailable { .. } => 6,
+        Error::InvalidArgument { .. } => 2,
+        Error::Other(_) => 1,
+    }
+}
+
+fn humantime_duration(text: &str) -> Result<Duration, String> {
+    parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 500ms, 30s or 5m"))
+}
+
+/// Durations as `<number><unit>` with unit ms, s, m or h.
+fn parse_duration(text: &str) -> Option<Duration> {
+    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.')?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let seconds = match unit {
+        "ms" => number / 1_000.0,
+        "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3_600.0,
+        _ => return None,
+    };
+    Duration::try_from_secs_f64(seconds).ok()
+}
+
+fn proto_duration(duration: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(duration.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(duration.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1_500)));
+        assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration("5"), None);
+        assert_eq!(parse_duration("5d"), None);
+    }
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

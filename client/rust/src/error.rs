@@ -1,0 +1,102 @@
+//! opreg's errors, decoded from the `google.rpc.ErrorInfo` every status carries.
+
+use tonic::Code;
+use tonic_types::StatusExt;
+
+use crate::client::error_info;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The key is registered with different parameters; fix the request or use a new key.
+    #[error("parameter conflict (differing fields: {differing_fields:?})")]
+    ParameterConflict {
+        differing_fields: Vec<String>,
+        stored_digest: String,
+        request_digest: String,
+    },
+    /// Another execution took over; stop writing.
+    #[error(
+        "fencing token {presented} is no longer current (current token {current}); stop writing"
+    )]
+    StaleFencingToken { presented: u64, current: u64 },
+    #[error("this token already completed with a different outcome")]
+    AlreadyCompleted,
+    #[error("the lease is held by another owner")]
+    LeaseNotHeld,
+    /// `ORIGINAL_OUTCOME_UNKNOWN`, `NOTHING_TO_COMPENSATE` or `ALREADY_COMPENSATED`.
+    #[error("compensation refused: {reason}")]
+    Compensation { reason: String },
+    /// `OPERATION_NOT_FOUND` or `RESOURCE_NOT_FOUND`.
+    #[error("not found: {reason}")]
+    NotFound { reason: String },
+    /// The fields and why each was refused.
+    #[error("invalid argument: {violations:?}")]
+    InvalidArgument { violations: Vec<(String, String)> },
+    /// The server or its database cannot answer now; retry with backoff.
+    #[error("unavailable: {message}")]
+    Unavailable { message: String },
+    #[error("{0}")]
+    Other(tonic::Status),
+}
+
+impl Error {
+    /// Transport trouble worth retrying with backoff.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Unavailable { .. })
+    }
+}
+
+impl From<tonic::Status> for Error {
+    fn from(status: tonic::Status) -> Self {
+        if matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded) {
+            return Error::Unavailable {
+                message: status.message().to_owned(),
+            };
+        }
+        let Some(info) = error_info(&status) else {
+            return Error::Other(status);
+        };
+        let meta = |key: &str| info.metadata.get(key).cloned().unwrap_or_default();
+        let token = |key: &str| meta(key).parse().unwrap_or_default();
+        match info.reason.as_str() {
+            "PARAMETER_CONFLICT" => Error::ParameterConflict {
+                differing_fields: meta("differingFields")
+                    .split(',')
+                    .filter(|field| !field.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+                stored_digest: meta("storedDigest"),
+                request_digest: meta("requestDigest"),
+            },
+            "STALE_FENCING_TOKEN" => Error::StaleFencingToken {
+                presented: token("presentedToken"),
+                current: token("currentToken"),
+            },
+            "ALREADY_COMPLETED" => Error::AlreadyCompleted,
+            "LEASE_NOT_HELD" => Error::LeaseNotHeld,
+            "ORIGINAL_OUTCOME_UNKNOWN" | "NOTHING_TO_COMPENSATE" | "ALREADY_COMPENSATED" => {
+                Error::Compensation {
+                    reason: info.reason,
+                }
+            }
+            "OPERATION_NOT_FOUND" | "RESOURCE_NOT_FOUND" => Error::NotFound {
+                reason: info.reason,
+            },
+            "INVALID_ARGUMENT" => Error::InvalidArgument {
+                violations: status
+                    .get_details_bad_request()
+                    .map(|bad| {
+                        bad.field_violations
+                            .into_iter()
+                            .map(|v| (v.field, v.description))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            },
+            "STORE_UNAVAILABLE" => Error::Unavailable {
+                message: status.message().to_owned(),
+            },
+            _ => Error::Other(status),
+        }
+    }
+}

@@ -1,0 +1,612 @@
+//! The run-once helper: the protocol done right, so callers do not rediscover
+//! leases, heartbeats, backoff and unknown outcomes.
+//!
+//! 1. Claim. REPLAYED returns the stored result (or the stored business
+//!    failure), marked as a replay; IN_PROGRESS and RETRY_LATER wait and claim
+//!    again; DEAD is an error; RECONCILE asks the caller's `reconcile` first.
+//! 2. While the work runs, the lease is renewed every third of its TTL. A renew
+//!    refused for a stale token or another owner cancels the work (its future
+//!    is dropped) and no Complete is sent.
+//! 3. The work's result becomes the Complete: success, business failure,
+//!    retryable (then claimed again), or unknown.
+//! 4. UNAVAILABLE and deadline errors are retried with exponential backoff and
+//!    full jitter inside one overall deadline; nothing else is. A Complete whose
+//!    answer was lost is sent again with the same token; in doubt, Lookup.
+//!
+//! Cancellation-safe: dropping the future stops the renewals, and the lease
+//! simply expires.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::{full_jitter, sleep_within, spread};
+use crate::client::Client;
+use crate::error::Error;
+use crate::proto::{self as pb, ClaimOutcome, ExecutionOutcome, OperationStatus};
+use pb::complete_request::Outcome;
+
+/// What successful work returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Success {
+    pub result: Vec<u8>,
+    pub result_ref: String,
+}
+
+impl Success {
+    pub fn new(result: impl Into<Vec<u8>>) -> Self {
+        Self {
+            result: result.into(),
+            result_ref: String::new(),
+        }
+    }
+
+    pub fn with_ref(mut self, result_ref: impl Into<String>) -> Self {
+        self.result_ref = result_ref.into();
+        self
+    }
+}
+
+/// How work fails; each maps to one kind of Complete.
+#[derive(Debug)]
+pub enum WorkError {
+    /// A terminal business failure (e.g. insufficient balance): recorded and replayed.
+    Business { code: String, message: String },
+    /// Worth another attempt, optionally not before `retry_after`.
+    Transient {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// The request left but its answer did not come back: it may have taken
+    /// effect. Recorded as unknown, to be reconciled before anything else.
+    SentButUnconfirmed { remote_ref: String, message: String },
+    /// Anything else: recorded as retryable, then returned as [`RunError::Work`].
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// What `reconcile` found out about an attempt whose outcome was unknown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// It took effect, with this result.
+    Succeeded(Success),
+    /// It was refused for a business reason.
+    Failed { code: String, message: String },
+    /// It never took effect: execute now.
+    NotApplied,
+}
+
+/// A recorded success.
+#[derive(Clone, Debug)]
+pub struct Completed {
+    pub result: Vec<u8>,
+    pub result_ref: String,
+    /// Recorded by an earlier execution, not by this call.
+    pub replayed: bool,
+    pub operation: pb::Operation,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("business failure {code}: {message}")]
+    Business {
+        code: String,
+        message: String,
+        replayed: bool,
+    },
+    #[error("the operation is dead: its retry budget is exhausted; manual action is needed")]
+    Dead,
+    #[error("the lease was lost to another execution; the work was stopped")]
+    LeaseLost,
+    #[error("the outcome is unknown (remote reference {remote_ref:?}); it must be reconciled")]
+    OutcomeUnknown { remote_ref: String },
+    #[error(
+        "the last outcome is unknown (remote reference {remote_ref:?}) and no reconcile was given"
+    )]
+    ReconcileRequired { remote_ref: String },
+    #[error("the overall deadline passed")]
+    DeadlineExceeded,
+    #[error("the work failed: {0}")]
+    Work(Box<dyn std::error::Error + Send + Sync>),
+    #[error(transparent)]
+    Rpc(#[from] Error),
+}
+
+/// The lease the work runs under.
+#[derive(Clone, Debug)]
+pub struct LeaseHandle {
+    lease: pb::Lease,
+    lost: CancellationToken,
+}
+
+impl LeaseHandle {
+    pub fn lease(&self) -> &pb::Lease {
+        &self.lease
+    }
+
+    /// Present this to protected resources (FencedWrite or your own).
+    pub fn fencing_token(&self) -> u64 {
+        self.lease.fencing_token
+    }
+
+    /// True once another execution holds the operation: stop writing.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+
+    /// Resolves when the lease is lost.
+    pub async fn lost(&self) {
+        self.lost.cancelled().await;
+    }
+}
+
+type Reconcile =
+    Box<dyn FnMut(pb::Lease, String) -> Pin<Box<dyn Future<Output = Verdict> + Send>> + Send>;
+
+/// Runs one operation at most once across every caller of the same key.
+///
+/// ```no_run
+/// # async fn example(client: opreg_client::Client) -> Result<(), opreg_client::RunError> {
+/// use opreg_client::{RunOnce, Success};
+/// let done = RunOnce::new(&client, "payments", "debit:order-42", serde_json::json!({"amount": 100}))
+///     .run(|lease| async move {
+///         // debit the account, fenced by lease.fencing_token()
+///         Ok(Success::new(b"ledger-entry-9".to_vec()))
+///     })
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub struct RunOnce {
+    client: Client,
+    request: pb::ClaimRequest,
+    renew_every: Option<Duration>,
+    deadline: Duration,
+    call_timeout: Duration,
+    reconcile: Option<Reconcile>,
+}
+
+/// After an execution: done, or claim again (a retry was scheduled).
+enum Next {
+    Done(Completed),
+    ClaimAgain,
+}
+
+impl RunOnce {
+    pub fn new(
+        client: &Client,
+        namespace: &str,
+        operation_key: &str,
+        parameters: serde_json::Value,
+    ) -> Self {
+        let request = pb::ClaimRequest {
+            namespace: namespace.into(),
+            operation_key: operation_key.into(),
+            fingerprint: Some(pb::claim_request::Fingerprint::Parameters(
+                crate::parameters(parameters),
+            )),
+            owner: default_owner(),
+            lease_ttl: Some(proto_duration(Duration::from_secs(30))),
+            ..Default::default()
+        };
+        Self {
+            client: client.clone(),
+            request,
+            renew_every: None,
+            deadline: Duration::from_secs(300),
+            call_timeout: Duration::from_secs(10),
+            reconcile: None,
+        }
+    }
+
+    /// Identify the parameters by a digest computed here instead of sending them.
+    pub fn parameters_digest(mut self, digest: Vec<u8>) -> Self {
+        self.request.fingerprint = Some(pb::claim_request::Fingerprint::ParametersDigest(digest));
+        self
+    }
+
+    /// Names this process (or task); defaults to host, pid and a random suffix.
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.request.owner = owner.into();
+        self
+    }
+
+    /// The scheduler's run id, recorded in the history.
+    pub fn execution_id(mut self, execution_id: impl Into<String>) -> Self {
+        self.request.execution_id = execution_id.into();
+        self
+    }
+
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.request.lease_ttl = Some(proto_duration(ttl));
+        self
+    }
+
+    /// How often to renew; defaults to a third of the TTL.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = Some(every);
+        self
+    }
+
+    /// Bounds everything: waits, retries, the work's renewals and the Complete.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    pub fn retry_policy(mut self, policy: pb::RetryPolicy) -> Self {
+        self.request.retry_policy = Some(policy);
+        self
+    }
+
+    pub fn compensates(mut self, original_key: impl Into<String>) -> Self {
+        self.request.compensates = original_key.into();
+        self
+    }
+
+    /// Asks the remote system what happened to an attempt whose outcome is unknown.
+    pub fn reconcile<F, Fut>(mut self, mut reconcile: F) -> Self
+    where
+        F: FnMut(pb::Lease, String) -> Fut + Send + 'static,
+        Fut: Future<Output = Verdict> + Send + 'static,
+    {
+        self.reconcile = Some(Box::new(move |lease, remote_ref| {
+            Box::pin(reconcile(lease, remote_ref))
+        }));
+        self
+    }
+
+    pub async fn run<W, Fut>(mut self, mut work: W) -> Result<Completed, RunError>
+    where
+        W: FnMut(LeaseHandle) -> Fut,
+        Fut: Future<Output = Result<Success, WorkError>>,
+    {
+        let deadline = Instant::now() + self.deadline;
+        loop {
+            let request = self.request.clone();
+            let claimed = self
+                .retrying(deadline, |client| {
+                    let request = request.clone();
+                    async move { client.claim(request).await }
+                })
+                .await?;
+            let operation = claimed.operation.clone().unwrap_or_default();
+            let lease = claimed.lease.clone();
+            let next = match claimed.outcome() {
+                ClaimOutcome::Replayed => return replayed(operation),
+                ClaimOutcome::Dead => return Err(RunError::Dead),
+                ClaimOutcome::InProgress | ClaimOutcome::RetryLater => {
+                    let wait = claimed
+                        .retry_after
+                        .map_or(Duration::from_millis(100), std_duration);
+                    if !sleep_within(spread(wait.max(Duration::from_millis(10))), deadline).await {
+                        return Err(RunError::DeadlineExceeded);
+                    }
+                    continue;
+                }
+                ClaimOutcome::Reconcile => {
+                    let lease = lease.ok_or_else(|| missing("lease"))?;
+                    let Some(reconcile) = self.reconcile.as_mut() else {
+                        return Err(RunError::ReconcileRequired {
+                            remote_ref: operation.remote_ref,
+                        });
+                    };
+                    let outcome = match reconcile(lease.clone(), operation.remote_ref.clone()).await
+                    {
+                        Verdict::Succeeded(success) => Outcome::Success(pb::Success {
+                            result: success.result,
+                            result_ref: success.result_ref,
+                        }),
+                        Verdict::Failed { code, message } => {
+                            Outcome::Failure(pb::Failure { code, message })
+                        }
+                        Verdict::NotApplied => {
+                            match self.execute(lease, &mut work, deadline).await? {
+                                Next::Done(completed) => return Ok(completed),
+                                Next::ClaimAgain => continue,
+                            }
+                        }
+                    };
+                    return recorded(self.complete(&lease, outcome, deadline).await?);
+                }
+                ClaimOutcome::Acquired => {
+                    let lease = lease.ok_or_else(|| missing("lease"))?;
+                    self.execute(lease, &mut work, deadline).await?
+                }
+                ClaimOutcome::Unspecified => return Err(missing("claim outcome")),
+            };
+            match next {
+                Next::Done(completed) => return Ok(completed),
+                Next::ClaimAgain => continue,
+            }
+        }
+    }
+
+    /// Runs the work under `lease` with renewals, then records what it returned.
+    async fn execute<W, Fut>(
+        &self,
+        lease: pb::Lease,
+        work: &mut W,
+        deadline: Instant,
+    ) -> Result<Next, RunError>
+    where
+        W: FnMut(LeaseHandle) -> Fut,
+        Fut: Future<Output = Result<Success, WorkError>>,
+    {
+        let lost = CancellationToken::new();
+        let renewals = AbortOnDrop(tokio::spawn(renew_until_lost(
+            self.client.clone(),
+            self.renew_request(&lease),
+            self.renew_interval(),
+            lost.clone(),
+        )));
+        let handle = LeaseHandle {
+            lease: lease.clone(),
+            lost: lost.clone(),
+        };
+        let result = tokio::select! {
+            result = work(handle) => result,
+            () = lost.cancelled() => return Err(RunError::LeaseLost),
+        };
+        drop(renewals);
+        if lost.is_cancelled() {
+            return Err(RunError::LeaseLost);
+        }
+        let (outcome, failure) = match result {
+            Ok(success) => (
+                Outcome::Success(pb::Success {
+                    result: success.result,
+                    result_ref: success.result_ref,
+                }),
+                None,
+            ),
+            Err(WorkError::Business { code, message }) => {
+                (Outcome::Failure(pb::Failure { code, message }), None)
+            }
+            Err(WorkError::Transient {
+                message,
+                retry_after,
+            }) => (
+                Outcome::Retryable(pb::RetryableError {
+                    error_class: "transient".into(),
+                    message,
+                    retry_after: retry_after.map(proto_duration),
+                }),
+                None,
+            ),
+            Err(WorkError::SentButUnconfirmed {
+                remote_ref,
+                message,
+            }) => (
+                Outcome::Unknown(pb::UnknownOutcome {
+                    remote_ref,
+                    message,
+                }),
+                None,
+            ),
+            Err(WorkError::Other(error)) => (
+                Outcome::Retryable(pb::RetryableError {
+                    error_class: "work_error".into(),
+                    message: error.to_string(),
+                    retry_after: None,
+                }),
+                Some(error),
+            ),
+        };
+        let operation = self.complete(&lease, outcome, deadline).await?;
+        if let Some(error) = failure {
+            return Err(RunError::Work(error));
+        }
+        match operation.status() {
+            OperationStatus::RetryScheduled => Ok(Next::ClaimAgain),
+            _ => recorded(operation).map(Next::Done),
+        }
+    }
+
+    /// Completes with retries under the same token; in doubt after the
+    /// deadline, Lookup tells whether the report was recorded.
+    async fn complete(
+        &self,
+        lease: &pb::Lease,
+        outcome: Outcome,
+        deadline: Instant,
+    ) -> Result<pb::Operation, RunError> {
+        let request = pb::CompleteRequest {
+            namespace: self.request.namespace.clone(),
+            operation_key: self.request.operation_key.clone(),
+            fencing_token: lease.fencing_token,
+            outcome: Some(outcome),
+        };
+        let completed = self
+            .retrying(deadline, |client| {
+                let request = request.clone();
+                async move { client.complete(request).await }
+            })
+            .await;
+        match completed {
+            Ok(response) => Ok(response.operation.unwrap_or_default()),
+            Err(RunError::Rpc(Error::StaleFencingToken { .. })) => Err(RunError::LeaseLost),
+            Err(RunError::DeadlineExceeded) => self.recorded_in_doubt(lease.fencing_token).await,
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn recorded_in_doubt(&self, token: u64) -> Result<pb::Operation, RunError> {
+        let lookup = pb::LookupRequest {
+            namespace: self.request.namespace.clone(),
+            operation_key: self.request.operation_key.clone(),
+            include_executions: true,
+        };
+        let Ok(Ok(found)) =
+            tokio::time::timeout(self.call_timeout, self.client.lookup(lookup)).await
+        else {
+            return Err(RunError::DeadlineExceeded);
+        };
+        let reported = found.executions.iter().any(|e| {
+            e.fencing_token == token
+                && !matches!(
+                    e.outcome(),
+                    ExecutionOutcome::Running | ExecutionOutcome::Superseded
+                )
+        });
+        match (reported, found.operation) {
+            (true, Some(operation)) => Ok(operation),
+            _ => Err(RunError::DeadlineExceeded),
+        }
+    }
+
+    /// Calls until it succeeds, a non-transient error comes back, or the deadline passes.
+    async fn retrying<T, F, Fut>(&self, deadline: Instant, mut call: F) -> Result<T, RunError>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        for attempt in 0.. {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                break;
+            }
+            match tokio::time::timeout(remaining.min(self.call_timeout), call(self.client.clone()))
+                .await
+            {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(error)) if !error.is_transient() => return Err(error.into()),
+                Ok(Err(_)) | Err(_) => {}
+            }
+            if !sleep_within(full_jitter(attempt), deadline).await {
+                break;
+            }
+        }
+        Err(RunError::DeadlineExceeded)
+    }
+
+    fn renew_request(&self, lease: &pb::Lease) -> pb::RenewRequest {
+        pb::RenewRequest {
+            namespace: self.request.namespace.clone(),
+            operation_key: self.request.operation_key.clone(),
+            owner: self.request.owner.clone(),
+            fencing_token: lease.fencing_token,
+            lease_ttl: self.request.lease_ttl,
+        }
+    }
+
+    fn renew_interval(&self) -> Duration {
+        let ttl = self
+            .request
+            .lease_ttl
+            .map_or(Duration::from_secs(30), std_duration);
+        self.renew_every
+            .unwrap_or(ttl / 3)
+            .max(Duration::from_millis(10))
+    }
+}
+
+/// Renews every `every` until a renew is refused for good; transient failures
+/// wait for the next tick (the token, not the clock, is the authority).
+async fn renew_until_lost(
+    client: Client,
+    request: pb::RenewRequest,
+    every: Duration,
+    lost: CancellationToken,
+) {
+    let mut ticker = tokio::time::interval_at(Instant::now() + every, every);
+    loop {
+        ticker.tick().await;
+        match tokio::time::timeout(every, client.renew(request.clone())).await {
+            Ok(Err(
+                Error::StaleFencingToken { .. } | Error::LeaseNotHeld | Error::NotFound { .. },
+            )) => {
+                lost.cancel();
+                return;
+            }
+            // Anything else is transient trouble: the next tick tries again.
+            Ok(_) | Err(_) => {}
+        }
+    }
+}
+
+/// Aborts a background task when dropped, so dropping `run` stops renewals.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn replayed(operation: pb::Operation) -> Result<Completed, RunError> {
+    match operation.status() {
+        OperationStatus::Failed => {
+            let failure = operation.failure.unwrap_or_default();
+            Err(RunError::Business {
+                code: failure.code,
+                message: failure.message,
+                replayed: true,
+            })
+        }
+        _ => Ok(Completed {
+            result: operation.result.clone(),
+            result_ref: operation.result_ref.clone(),
+            replayed: true,
+            operation,
+        }),
+    }
+}
+
+/// The operation as this run's Complete left it.
+fn recorded(operation: pb::Operation) -> Result<Completed, RunError> {
+    match operation.status() {
+        OperationStatus::Succeeded => Ok(Completed {
+            result: operation.result.clone(),
+            result_ref: operation.result_ref.clone(),
+            replayed: false,
+            operation,
+        }),
+        OperationStatus::Failed => {
+            let failure = operation.failure.unwrap_or_default();
+            Err(RunError::Business {
+                code: failure.code,
+                message: failure.message,
+                replayed: false,
+            })
+        }
+        OperationStatus::Dead => Err(RunError::Dead),
+        _ => Err(RunError::OutcomeUnknown {
+            remote_ref: operation.remote_ref,
+        }),
+    }
+}
+
+fn missing(what: &str) -> RunError {
+    RunError::Rpc(Error::Other(tonic::Status::internal(format!(
+        "the server sent no {what}"
+    ))))
+}
+
+fn default_owner() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "host".into());
+    format!(
+        "{}-{}-{:08x}",
+        host.trim(),
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+fn proto_duration(duration: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(duration.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(duration.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+fn std_duration(duration: prost_types::Duration) -> Duration {
+    Duration::new(
+        u64::try_from(duration.seconds).unwrap_or(0),
+        u32::try_from(duration.nanos).unwrap_or(0),
+    )
+}
