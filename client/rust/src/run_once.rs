@@ -142,8 +142,9 @@ impl LeaseHandle {
     }
 }
 
-type Reconcile =
-    Box<dyn FnMut(pb::Lease, String) -> Pin<Box<dyn Future<Output = Verdict> + Send>> + Send>;
+type Reconcile = Box<
+    dyn FnMut(pb::Lease, String) -> Pin<Box<dyn Future<Output = Verdict> + Send>> + Send + Sync,
+>;
 
 /// Runs one operation at most once across every caller of the same key.
 ///
@@ -248,7 +249,7 @@ impl RunOnce {
     /// Asks the remote system what happened to an attempt whose outcome is unknown.
     pub fn reconcile<F, Fut>(mut self, mut reconcile: F) -> Self
     where
-        F: FnMut(pb::Lease, String) -> Fut + Send + 'static,
+        F: FnMut(pb::Lease, String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Verdict> + Send + 'static,
     {
         self.reconcile = Some(Box::new(move |lease, remote_ref| {
