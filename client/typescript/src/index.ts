@@ -5,6 +5,7 @@ export {
   Reconciled,
   type Reconcile,
   type ReconcileOutcome,
+  type RetryPolicyOptions,
   type RunOnceOptions,
   type RunOnceResult,
   type Work,

@@ -70,7 +70,7 @@ export type ReconcileOutcome =
   | { kind: "notApplied" };
 
 export const Reconciled = {
-  /** The earlier attempt took effect: record it as a success with this result. */
+  /** The earlier attempt took effect: record it as a success with this result (resultRef defaults to the remote ref). */
   succeeded(result?: Uint8Array | string, resultRef?: string): ReconcileOutcome {
     return { kind: "succeeded", result, resultRef };
   },
@@ -86,6 +86,15 @@ export const Reconciled = {
 
 /** Asks the remote system what happened to the attempt known by `remoteRef`. */
 export type Reconcile = (lease: Lease, remoteRef: string, signal: AbortSignal) => Promise<ReconcileOutcome>;
+
+export interface RetryPolicyOptions {
+  /** Executions allowed, reconciliations excluded. At least 1. */
+  maxAttempts: number;
+  initialBackoffMs: number;
+  maxBackoffMs: number;
+  /** Measured from registration; no attempt starts after it. */
+  deadlineMs: number;
+}
 
 export interface RunOnceOptions {
   /** Names this process/task. Default: `hostname/pid/random UUID` (unique per call). */
@@ -108,8 +117,11 @@ export interface RunOnceOptions {
   signal?: AbortSignal;
   /** Required to resolve a RECONCILE. */
   reconcile?: Reconcile;
-  /** Used only when the operation is first registered. */
-  retryPolicy?: DeepPartial<RetryPolicy>;
+  /**
+   * Used only when the operation is first registered (server defaults otherwise).
+   * The server requires all four fields when a policy is given.
+   */
+  retryPolicy?: RetryPolicyOptions;
   /** Key of the operation this one compensates. */
   compensates?: string;
 }
@@ -268,6 +280,16 @@ function describe(error: unknown): { name: string; message: string } {
   return { name: typeof error, message: String(error) };
 }
 
+function retryPolicy(policy: RetryPolicyOptions | undefined): RetryPolicy | undefined {
+  if (policy === undefined) return undefined;
+  return {
+    maxAttempts: policy.maxAttempts,
+    initialBackoff: durationFromMillis(policy.initialBackoffMs),
+    maxBackoff: durationFromMillis(policy.maxBackoffMs),
+    deadline: durationFromMillis(policy.deadlineMs),
+  };
+}
+
 function defaultOwner(): string {
   return `${hostname()}/${process.pid}/${randomUUID()}`;
 }
@@ -299,7 +321,7 @@ export async function runOnce(
     owner,
     executionId: options.executionId ?? "",
     leaseTtl: durationFromMillis(leaseTtlMs),
-    retryPolicy: options.retryPolicy,
+    retryPolicy: retryPolicy(options.retryPolicy),
     compensates: options.compensates ?? "",
   };
 
@@ -377,7 +399,7 @@ export async function runOnce(
         if (found.kind === "succeeded") {
           reconciled = true;
           runWork = false;
-          value = { result: found.result, resultRef: found.resultRef };
+          value = { result: found.result, resultRef: found.resultRef ?? remoteRef };
         } else if (found.kind === "failed") {
           throw new BusinessError(found.code, found.message, { reconciled: true });
         }

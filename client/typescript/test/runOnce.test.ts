@@ -1,0 +1,408 @@
+// runOnce against the real server.
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { randomUUID } from "node:crypto";
+
+import { InterceptingCall, Metadata, status as GrpcStatus, type Interceptor } from "@grpc/grpc-js";
+
+import {
+  BusinessError,
+  ClaimOutcome,
+  DeadlineExceededError,
+  ExecutionKind,
+  ExecutionOutcome,
+  LeaseLostError,
+  OperationDeadError,
+  OperationStatus,
+  OpregClient,
+  ParameterConflictError,
+  parametersDigest,
+  ReconcileRequiredError,
+  Reconciled,
+  SentButUnconfirmedError,
+  StaleFencingTokenError,
+  TransientError,
+  UnavailableError,
+  durationFromMillis,
+  type Lease,
+} from "../src";
+import { startServer, type TestServer } from "./server";
+
+let server: TestServer;
+let client: OpregClient;
+const ns = `run-once-${randomUUID()}`;
+const key = (name: string) => `${name}-${randomUUID()}`;
+const T = { timeout: 30_000 };
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const text = (bytes: Uint8Array) => Buffer.from(bytes).toString();
+
+before(async () => {
+  server = await startServer();
+  client = new OpregClient(server.address);
+});
+
+after(async () => {
+  client?.close();
+  await server?.stop();
+});
+
+/** Counts calls of each wrapper of `target`. */
+function spy(target: OpregClient): Record<string, unknown[]> {
+  const calls: Record<string, unknown[]> = { claim: [], complete: [], renew: [], lookup: [] };
+  for (const name of Object.keys(calls) as (keyof typeof calls & keyof OpregClient)[]) {
+    const original = (target[name] as (...args: unknown[]) => unknown).bind(target);
+    (target as unknown as Record<string, unknown>)[name] = (request: unknown, options: unknown) => {
+      calls[name].push(request);
+      return original(request, options);
+    };
+  }
+  return calls;
+}
+
+/** Records the outcome of every Claim `target` makes, calling `onAnswer` after each. */
+function recordOutcomes(target: OpregClient, onAnswer: (outcome: ClaimOutcome) => void = () => undefined): ClaimOutcome[] {
+  const outcomes: ClaimOutcome[] = [];
+  const original = target.claim.bind(target);
+  target.claim = async (request, options) => {
+    const response = await original(request, options);
+    outcomes.push(response.outcome);
+    onAnswer(response.outcome);
+    return response;
+  };
+  return outcomes;
+}
+
+/**
+ * A grpc-js interceptor that lets the first `count` calls of `method` reach the
+ * server and then replaces their answer with UNAVAILABLE: the answer is lost.
+ */
+function loseAnswers(method: string, count: number): Interceptor {
+  let remaining = count;
+  return (options, nextCall) =>
+    new InterceptingCall(nextCall(options), {
+      start(metadata, listener, next) {
+        const lose = options.method_definition.path.endsWith(`/${method}`) && remaining-- > 0;
+        next(metadata, {
+          onReceiveMessage(message, nextMessage) {
+            nextMessage(message); // the status below decides: a non-OK status drops it
+          },
+          onReceiveStatus(status, nextStatus) {
+            nextStatus(lose ? { code: GrpcStatus.UNAVAILABLE, details: "injected: answer lost", metadata: new Metadata() } : status);
+          },
+        });
+      },
+    });
+}
+
+describe("runOnce", () => {
+  test("success, then replay without running the work", T, async () => {
+    const k = key("debit");
+    let runs = 0;
+    const first = await client.runOnce(ns, k, { account: "A", amount: 100 }, async (lease) => {
+      runs++;
+      assert.equal(typeof lease.fencingToken, "bigint");
+      return { result: "balance=900", resultRef: "ledger-1" };
+    });
+    assert.equal(first.text, "balance=900");
+    assert.equal(first.resultRef, "ledger-1");
+    assert.equal(first.replayed, false);
+    assert.equal(first.operation?.status, OperationStatus.OPERATION_STATUS_SUCCEEDED);
+
+    // A caller-computed digest of the same parameters is the same operation.
+    const second = await client.runOnce(ns, k, parametersDigest({ amount: 100, account: "A" }), async () => {
+      runs++;
+      return "never";
+    });
+    assert.equal(second.replayed, true);
+    assert.equal(second.text, "balance=900");
+    assert.equal(second.resultRef, "ledger-1");
+    assert.equal(runs, 1);
+  });
+
+  test("different parameters -> ParameterConflictError, never retried", T, async () => {
+    const k = key("conflict");
+    await client.runOnce(ns, k, { account: "A", amount: 100 }, () => "ok");
+    const other = new OpregClient(server.address);
+    const calls = spy(other);
+    try {
+      const error = await other.runOnce(ns, k, { account: "A", amount: 101 }, () => "never").catch((e) => e);
+      assert.ok(error instanceof ParameterConflictError, String(error));
+      assert.deepEqual(error.differingFields, ["amount"]);
+      assert.equal(calls.claim.length, 1);
+    } finally {
+      other.close();
+    }
+  });
+
+  test("a business failure is recorded and replayed", T, async () => {
+    const k = key("payout");
+    let runs = 0;
+    const first = await client
+      .runOnce(ns, k, { amount: 5000 }, () => {
+        runs++;
+        throw new BusinessError("INSUFFICIENT_FUNDS", "balance 900 < 5000");
+      })
+      .catch((e) => e);
+    assert.ok(first instanceof BusinessError);
+    assert.equal(first.replayed, false);
+    const replay = await client.runOnce(ns, k, { amount: 5000 }, () => { runs++; return "never"; }).catch((e) => e);
+    assert.ok(replay instanceof BusinessError, String(replay));
+    assert.equal(replay.replayed, true);
+    assert.equal(replay.code, "INSUFFICIENT_FUNDS");
+    assert.equal(replay.message, "balance 900 < 5000");
+    assert.equal(replay.operation?.status, OperationStatus.OPERATION_STATUS_FAILED);
+    assert.equal(runs, 1);
+  });
+
+  test("lease lost mid-work: signal aborted, late Complete never sent, new holder's result stands", T, async () => {
+    const k = key("settle");
+    const a = new OpregClient(server.address);
+    const b = new OpregClient(server.address);
+    const aCalls = spy(a);
+    try {
+      let workSignal: AbortSignal | undefined;
+      let aLease: Lease | undefined;
+      // Renewals every 2.5 s with a 1 s lease: the lease expires while A works.
+      const runA = a
+        .runOnce(
+          ns,
+          k,
+          { window: "W1" },
+          async (lease, signal) => {
+            aLease = lease;
+            workSignal = signal;
+            await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+            return "A-late"; // ignores the abort and tries to succeed anyway
+          },
+          { owner: "A", leaseTtlMs: 1_000, renewEveryMs: 2_500 },
+        )
+        .catch((e) => e);
+
+      await sleep(1_400); // A's lease has expired, unrenewed
+      const bResult = await b.runOnce(ns, k, { window: "W1" }, (lease) => {
+        assert.equal(lease.takeover, true);
+        return "B";
+      }, { owner: "B" });
+      assert.equal(bResult.text, "B");
+
+      const error = await runA;
+      assert.ok(error instanceof LeaseLostError, String(error));
+      assert.ok(error.cause instanceof StaleFencingTokenError, String(error.cause));
+      assert.equal(error.fencingToken, aLease!.fencingToken);
+      assert.ok(workSignal?.aborted);
+      assert.ok(workSignal?.reason instanceof LeaseLostError);
+      assert.equal(aCalls.complete.length, 0, "A must never Complete after losing its lease");
+      assert.ok(aCalls.renew.length >= 1);
+
+      const found = await client.lookup({ namespace: ns, operationKey: k, includeExecutions: true });
+      assert.equal(found.operation!.status, OperationStatus.OPERATION_STATUS_SUCCEEDED);
+      assert.equal(text(found.operation!.result), "B");
+      const byOwner = Object.fromEntries(found.executions.map((e) => [e.owner, e]));
+      assert.equal(byOwner.A.outcome, ExecutionOutcome.EXECUTION_OUTCOME_SUPERSEDED);
+      assert.equal(byOwner.B.kind, ExecutionKind.EXECUTION_KIND_TAKEOVER);
+      assert.equal(byOwner.B.outcome, ExecutionOutcome.EXECUTION_OUTCOME_SUCCEEDED);
+    } finally {
+      a.close();
+      b.close();
+    }
+  });
+
+  test("renewals keep a lease alive past its TTL", T, async () => {
+    const k = key("long");
+    const result = await client.runOnce(ns, k, { n: 1 }, async (_lease, signal) => {
+      await sleep(2_500);
+      assert.equal(signal.aborted, false);
+      return "done";
+    }, { leaseTtlMs: 1_000 });
+    assert.equal(result.text, "done");
+    const found = await client.lookup({ namespace: ns, operationKey: k, includeExecutions: true });
+    assert.equal(found.executions.length, 1);
+  });
+
+  test("unknown outcome: reconcile required, then reconciled as succeeded", T, async () => {
+    const k = key("psp");
+    let runs = 0;
+    const sent = await client
+      .runOnce(ns, k, { amount: 100 }, () => {
+        runs++;
+        throw new SentButUnconfirmedError("psp-7", "timeout after sending");
+      })
+      .catch((e) => e);
+    assert.ok(sent instanceof SentButUnconfirmedError);
+    let found = await client.lookup({ namespace: ns, operationKey: k });
+    assert.equal(found.operation!.status, OperationStatus.OPERATION_STATUS_UNKNOWN);
+    assert.equal(found.operation!.remoteRef, "psp-7");
+
+    const noHandler = await client.runOnce(ns, k, { amount: 100 }, () => { runs++; return "never"; }).catch((e) => e);
+    assert.ok(noHandler instanceof ReconcileRequiredError, String(noHandler));
+    assert.equal(noHandler.remoteRef, "psp-7");
+    found = await client.lookup({ namespace: ns, operationKey: k });
+    assert.equal(found.operation!.status, OperationStatus.OPERATION_STATUS_UNKNOWN);
+
+    const seen: string[] = [];
+    const reconciled = await client.runOnce(ns, k, { amount: 100 }, () => { runs++; return "never"; }, {
+      reconcile: async (lease, remoteRef) => {
+        seen.push(remoteRef);
+        assert.ok(lease.fencingToken > 0n);
+        return Reconciled.succeeded("paid", "psp-7");
+      },
+    });
+    assert.deepEqual(seen, ["psp-7"]);
+    assert.equal(reconciled.text, "paid");
+    assert.equal(reconciled.reconciled, true);
+    assert.equal(runs, 1);
+    found = await client.lookup({ namespace: ns, operationKey: k, includeExecutions: true });
+    assert.equal(found.operation!.status, OperationStatus.OPERATION_STATUS_SUCCEEDED);
+    assert.ok(found.executions.some((e) => e.kind === ExecutionKind.EXECUTION_KIND_RECONCILE && e.outcome === ExecutionOutcome.EXECUTION_OUTCOME_SUCCEEDED));
+  });
+
+  test("unknown outcome reconciled as not applied runs the work; as failed is a business failure", T, async () => {
+    const k = key("psp-not-applied");
+    await client.runOnce(ns, k, { n: 1 }, () => { throw new SentButUnconfirmedError("psp-8"); }).catch(() => undefined);
+    const retried = await client.runOnce(ns, k, { n: 1 }, () => "second try", {
+      reconcile: async () => Reconciled.notApplied(),
+    });
+    assert.equal(retried.text, "second try");
+    assert.equal(retried.reconciled, false);
+
+    const f = key("psp-failed");
+    await client.runOnce(ns, f, { n: 1 }, () => { throw new SentButUnconfirmedError("psp-9"); }).catch(() => undefined);
+    const failed = await client
+      .runOnce(ns, f, { n: 1 }, () => "never", { reconcile: async () => Reconciled.failed("DECLINED", "card declined") })
+      .catch((e) => e);
+    assert.ok(failed instanceof BusinessError, String(failed));
+    assert.equal(failed.reconciled, true);
+    const replay = await client.runOnce(ns, f, { n: 1 }, () => "never").catch((e) => e);
+    assert.ok(replay instanceof BusinessError && replay.replayed && replay.code === "DECLINED");
+  });
+
+  test("transport failure: retried with backoff, the overall deadline respected", T, async () => {
+    const nowhere = new OpregClient("127.0.0.1:1");
+    const calls = spy(nowhere);
+    let runs = 0;
+    try {
+      const started = Date.now();
+      const error = await nowhere
+        .runOnce(ns, key("unreachable"), { n: 1 }, () => { runs++; return "never"; }, {
+          timeoutMs: 1_500,
+          backoff: { initialMs: 50, maxMs: 400 },
+        })
+        .catch((e) => e);
+      const elapsed = Date.now() - started;
+      assert.ok(error instanceof DeadlineExceededError, String(error));
+      assert.ok(error.cause instanceof UnavailableError, String(error.cause));
+      assert.ok(elapsed <= 1_500 + 300, `took ${elapsed} ms`);
+      assert.ok(calls.claim.length >= 3, `${calls.claim.length} claims`);
+      assert.equal(runs, 0);
+    } finally {
+      nowhere.close();
+    }
+  });
+
+  test("lost answers of Claim and Complete are retried: one execution, one result", T, async () => {
+    const flaky = new OpregClient(server.address, {
+      clientOptions: { interceptors: [loseAnswers("Claim", 2), loseAnswers("Complete", 2)] },
+    });
+    const calls = spy(flaky);
+    try {
+      const k = key("flaky");
+      let runs = 0;
+      const result = await flaky.runOnce(ns, k, { n: 1 }, () => { runs++; return "once"; }, {
+        owner: "flaky-owner",
+        backoff: { initialMs: 20, maxMs: 100 },
+      });
+      assert.equal(result.text, "once");
+      assert.equal(runs, 1);
+      assert.equal(calls.claim.length, 3);
+      assert.equal(calls.complete.length, 3);
+      const tokens = new Set((calls.complete as { fencingToken: bigint }[]).map((r) => r.fencingToken));
+      assert.equal(tokens.size, 1, "Complete is repeated with the same token");
+      const found = await client.lookup({ namespace: ns, operationKey: k, includeExecutions: true });
+      assert.equal(found.executions.length, 1);
+      assert.equal(found.executions[0].outcome, ExecutionOutcome.EXECUTION_OUTCOME_SUCCEEDED);
+      assert.equal(text(found.operation!.result), "once");
+    } finally {
+      flaky.close();
+    }
+  });
+
+  test("IN_PROGRESS: waits retry_after, then replays the holder's result", T, async () => {
+    const k = key("busy");
+    const held = await client.claim({ namespace: ns, operationKey: k, parameters: { n: 1 }, owner: "holder", leaseTtl: durationFromMillis(1_500) });
+    assert.equal(held.outcome, ClaimOutcome.CLAIM_OUTCOME_ACQUIRED);
+    const waiter = new OpregClient(server.address);
+    try {
+      // The holder completes once the waiter has been told IN_PROGRESS.
+      let completing: Promise<unknown> | undefined;
+      const outcomes = recordOutcomes(waiter, (outcome) => {
+        if (outcome === ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS && completing === undefined) {
+          completing = client.complete({ namespace: ns, operationKey: k, fencingToken: held.lease!.fencingToken, success: { result: Buffer.from("holder's") } });
+        }
+      });
+      const result = await waiter.runOnce(ns, k, { n: 1 }, () => "never", { timeoutMs: 10_000 });
+      await completing;
+      assert.deepEqual(outcomes, [ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS, ClaimOutcome.CLAIM_OUTCOME_REPLAYED]);
+      assert.equal(result.replayed, true);
+      assert.equal(result.text, "holder's");
+    } finally {
+      waiter.close();
+    }
+  });
+
+  test("RETRY_LATER after a TransientError: waits, then the retry runs", T, async () => {
+    const k = key("pushback");
+    const first = await client
+      .runOnce(ns, k, { n: 1 }, () => { throw new TransientError("busy", { retryAfterMs: 1_000 }); })
+      .catch((e) => e);
+    assert.ok(first instanceof TransientError);
+    const found = await client.lookup({ namespace: ns, operationKey: k });
+    assert.equal(found.operation!.status, OperationStatus.OPERATION_STATUS_RETRY_SCHEDULED);
+    assert.equal(found.operation!.lastErrorClass, "TransientError");
+    const retrier = new OpregClient(server.address);
+    try {
+      const outcomes = recordOutcomes(retrier);
+      const second = await retrier.runOnce(ns, k, { n: 1 }, (lease) => `attempt ${lease.attempt}`, { timeoutMs: 10_000 });
+      assert.equal(second.text, "attempt 2");
+      assert.equal(outcomes.at(-1), ClaimOutcome.CLAIM_OUTCOME_ACQUIRED);
+      assert.ok(outcomes.slice(0, -1).every((o) => o === ClaimOutcome.CLAIM_OUTCOME_RETRY_LATER), JSON.stringify(outcomes));
+    } finally {
+      retrier.close();
+    }
+  });
+
+  test("other errors are reported retryable with their name and rethrown; DEAD is typed", T, async () => {
+    const k = key("budget");
+    const error = await client
+      .runOnce(ns, k, { n: 1 }, () => { throw new RangeError("boom"); }, { retryPolicy: { maxAttempts: 1, initialBackoffMs: 100, maxBackoffMs: 1_000, deadlineMs: 60_000 } })
+      .catch((e) => e);
+    assert.ok(error instanceof RangeError);
+    const found = await client.lookup({ namespace: ns, operationKey: k });
+    assert.equal(found.operation!.lastErrorClass, "RangeError");
+    assert.equal(found.operation!.status, OperationStatus.OPERATION_STATUS_DEAD);
+    const dead = await client.runOnce(ns, k, { n: 1 }, () => "never").catch((e) => e);
+    assert.ok(dead instanceof OperationDeadError, String(dead));
+  });
+
+  test("AbortSignal cancels waiting", T, async () => {
+    const k = key("wait");
+    await client.claim({ namespace: ns, operationKey: k, parameters: { n: 1 }, owner: "holder", leaseTtl: durationFromMillis(30_000) });
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(), 300);
+    const started = Date.now();
+    const error = await client
+      .runOnce(ns, k, { n: 1 }, () => "never", { signal: controller.signal, timeoutMs: 60_000 })
+      .catch((e) => e);
+    const elapsed = Date.now() - started;
+    assert.equal(error?.name, "AbortError", String(error));
+    assert.ok(elapsed < 2_000, `took ${elapsed} ms`);
+  });
+
+  test("a wait that cannot end before the overall deadline fails at once", T, async () => {
+    const k = key("deadline");
+    await client.claim({ namespace: ns, operationKey: k, parameters: { n: 1 }, owner: "holder", leaseTtl: durationFromMillis(30_000) });
+    const started = Date.now();
+    const error = await client.runOnce(ns, k, { n: 1 }, () => "never", { timeoutMs: 2_000 }).catch((e) => e);
+    assert.ok(error instanceof DeadlineExceededError, String(error));
+    assert.ok(Date.now() - started < 1_000);
+  });
+});
