@@ -300,7 +300,10 @@ export interface ClaimRequest {
   leaseTtl:
     | Duration
     | undefined;
-  /** Used only when the operation is first registered; server defaults otherwise. */
+  /**
+   * Used only when the operation is first registered; server defaults when
+   * absent. When given, all four fields are required.
+   */
   retryPolicy:
     | RetryPolicy
     | undefined;
@@ -396,6 +399,10 @@ export interface RenewRequest {
   operationKey: string;
   owner: string;
   fencingToken: bigint;
+  /**
+   * New lease length from now. Absent: the server default (30 s), not the
+   * length of the current lease.
+   */
   leaseTtl: Duration | undefined;
 }
 
