@@ -63,6 +63,12 @@ impl Application {
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), BoxError> {
         let (health, health_service) = tonic_health::server::health_reporter();
         gauges::set_health(&health, false).await;
+        health
+            .set_service_status(
+                gauges::LIVENESS_SERVICE,
+                tonic_health::ServingStatus::Serving,
+            )
+            .await;
         let refresher = tokio::spawn(refresh_forever(
             self.pool.clone(),
             health.clone(),

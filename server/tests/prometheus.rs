@@ -110,13 +110,13 @@ async fn prometheus_records_the_dedupe_hit_rate_from_a_live_opreg() {
             claim(&mut client, claim_request(NS, &key, owner, json!({}))).await;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        if round % 5 == 0 {
-            if let Some(answer) = http_get(port, query).await {
-                let value = &answer["data"]["result"][0]["value"][1];
-                hit_rate = value.as_str().and_then(|v| v.parse::<f64>().ok());
-                if hit_rate.is_some() && round > 40 {
-                    break;
-                }
+        if round % 5 == 0
+            && let Some(answer) = http_get(port, query).await
+        {
+            let value = &answer["data"]["result"][0]["value"][1];
+            hit_rate = value.as_str().and_then(|v| v.parse::<f64>().ok());
+            if hit_rate.is_some() && round > 40 {
+                break;
             }
         }
     }

@@ -170,7 +170,7 @@ pub struct RunOnce {
 
 /// After an execution: done, or claim again (a retry was scheduled).
 enum Next {
-    Done(Completed),
+    Done(Box<Completed>),
     ClaimAgain,
 }
 
@@ -304,7 +304,7 @@ impl RunOnce {
                         }
                         Verdict::NotApplied => {
                             match self.execute(lease, &mut work, deadline).await? {
-                                Next::Done(completed) => return Ok(completed),
+                                Next::Done(completed) => return Ok(*completed),
                                 Next::ClaimAgain => continue,
                             }
                         }
@@ -318,7 +318,7 @@ impl RunOnce {
                 ClaimOutcome::Unspecified => return Err(missing("claim outcome")),
             };
             match next {
-                Next::Done(completed) => return Ok(completed),
+                Next::Done(completed) => return Ok(*completed),
                 Next::ClaimAgain => continue,
             }
         }
@@ -401,7 +401,7 @@ impl RunOnce {
         }
         match operation.status() {
             OperationStatus::RetryScheduled => Ok(Next::ClaimAgain),
-            _ => recorded(operation).map(Next::Done),
+            _ => recorded(operation).map(|completed| Next::Done(Box::new(completed))),
         }
     }
 
@@ -514,15 +514,13 @@ async fn renew_until_lost(
     let mut ticker = tokio::time::interval_at(Instant::now() + every, every);
     loop {
         ticker.tick().await;
-        match tokio::time::timeout(every, client.renew(request.clone())).await {
-            Ok(Err(
-                Error::StaleFencingToken { .. } | Error::LeaseNotHeld | Error::NotFound { .. },
-            )) => {
-                lost.cancel();
-                return;
-            }
-            // Anything else is transient trouble: the next tick tries again.
-            Ok(_) | Err(_) => {}
+        // Anything but a refusal for good is transient trouble: the next tick tries again.
+        if let Ok(Err(
+            Error::StaleFencingToken { .. } | Error::LeaseNotHeld | Error::NotFound { .. },
+        )) = tokio::time::timeout(every, client.renew(request.clone())).await
+        {
+            lost.cancel();
+            return;
         }
     }
 }

@@ -15,6 +15,15 @@ use crate::store::operations::{self, BacklogRow};
 /// Service names whose health follows the database: the server ("") and the registry.
 pub const HEALTH_SERVICES: [&str; 2] = ["", "opreg.v1.OperationRegistry"];
 
+/// A health entry that is SERVING while the process runs, whatever the
+/// database does: for liveness probes, which must not restart every replica
+/// during a database outage.
+pub const LIVENESS_SERVICE: &str = "liveness";
+
+/// A gauge refresh gives up after this long, so an unreachable database shows
+/// within seconds rather than after the pool's acquire timeout.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Refreshes the gauges every `interval` until the task is aborted.
 pub async fn refresh_forever(pool: PgPool, health: HealthReporter, interval: Duration) {
     let mut reported = Reported::default();
@@ -22,11 +31,15 @@ pub async fn refresh_forever(pool: PgPool, health: HealthReporter, interval: Dur
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let backlog = operations::backlog(&pool).await;
-        let up = backlog.is_ok();
+        let backlog =
+            tokio::time::timeout(interval.min(QUERY_TIMEOUT), operations::backlog(&pool)).await;
+        let up = matches!(backlog, Ok(Ok(_)));
         match backlog {
-            Ok(rows) => reported.set(&rows),
-            Err(error) => tracing::warn!(%error, "cannot read the backlog; reporting NOT_SERVING"),
+            Ok(Ok(rows)) => reported.set(&rows),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "cannot read the backlog; reporting NOT_SERVING")
+            }
+            Err(_) => tracing::warn!("the backlog query timed out; reporting NOT_SERVING"),
         }
         metrics::store_up(up);
         metrics::pool(pool.size(), pool.num_idle());

@@ -57,11 +57,10 @@ where
             .headers()
             .get("traceparent")
             .and_then(|v| v.to_str().ok())
+            && let Some((trace_id, parent_span_id)) = parse_traceparent(parent)
         {
-            if let Some((trace_id, parent_span_id)) = parse_traceparent(parent) {
-                span.record("trace_id", trace_id);
-                span.record("parent_span_id", parent_span_id);
-            }
+            span.record("trace_id", trace_id);
+            span.record("parent_span_id", parent_span_id);
         }
         let response = self.inner.call(request).instrument(span);
         Box::pin(async move {
@@ -103,12 +102,11 @@ impl<B: Body> Body for MeteredBody<B> {
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.project();
         let polled = this.inner.poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled {
-            if let Some(code) = frame.trailers_ref().and_then(|t| t.get("grpc-status")) {
-                if let Some(call) = this.call.take() {
-                    call.finish(code.as_bytes());
-                }
-            }
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(code) = frame.trailers_ref().and_then(|t| t.get("grpc-status"))
+            && let Some(call) = this.call.take()
+        {
+            call.finish(code.as_bytes());
         }
         polled
     }
