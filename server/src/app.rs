@@ -39,8 +39,8 @@ impl Application {
         let limits = config.request_limits()?;
         let metrics = metrics::install(config.metrics_max_namespaces)?;
         Ok(Self {
-            grpc_listener: TcpListener::bind(config.listen_addr).await?,
-            metrics_listener: TcpListener::bind(config.metrics_addr).await?,
+            grpc_listener: bind(config.listen_addr, "gRPC (OPREG_LISTEN_ADDR)").await?,
+            metrics_listener: bind(config.metrics_addr, "metrics (OPREG_METRICS_ADDR)").await?,
             metrics,
             service: RegistryService::new(Registry::new(pool.clone()), limits),
             pool,
@@ -103,6 +103,12 @@ impl Application {
         metrics_server.await??;
         Ok(())
     }
+}
+
+async fn bind(address: SocketAddr, purpose: &str) -> Result<TcpListener, BoxError> {
+    TcpListener::bind(address)
+        .await
+        .map_err(|error| format!("cannot listen on {address} for {purpose}: {error}").into())
 }
 
 /// Resolves once the drain may start: after `shutdown`, with health reporting

@@ -11,7 +11,8 @@
 # protoc writes proto/opreg/v1/registry.proto as opreg/v1/registry_pb2*.py with
 # absolute imports `from opreg.v1 import ...`. Those files are placed in
 # src/opreg/_gen/v1/ and the imports rewritten to `from opreg._gen.v1 import ...`,
-# so the generated code lives inside this package and shadows nothing.
+# (and the module name given to protobuf's builder likewise), so the generated
+# code lives inside this package and shadows nothing.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,6 +29,10 @@ esac
 python="${PYTHON:-}"
 if [[ -z "$python" ]]; then
   if [[ -x "$here/.venv/bin/python" ]]; then python="$here/.venv/bin/python"; else python=python3; fi
+fi
+
+if [[ "$python" == */* ]]; then
+  python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"  # the script changes directory
 fi
 
 want="$(sed -n 's/^grpcio-tools==\([^ ]*\).*/\1/p' "$here/requirements-generate.txt")"
@@ -55,7 +60,8 @@ printf '%s\n' "$header" >"$tmp/gen/__init__.py"
 (cd "$tmp/raw/opreg" && find . -type f | LC_ALL=C sort) | while read -r file; do
   file="${file#./}"
   mkdir -p "$tmp/gen/$(dirname "$file")"
-  sed -E 's/^from opreg\.([A-Za-z0-9_.]+) import /from opreg._gen.\1 import /' \
+  sed -E -e 's/^from opreg\.([A-Za-z0-9_.]+) import /from opreg._gen.\1 import /' \
+    -e "s/^(_builder\.BuildTopDescriptorsAndMessages\(DESCRIPTOR, ')opreg\./\1opreg._gen./" \
     "$tmp/raw/opreg/$file" >"$tmp/gen/$file"
 done
 (cd "$tmp/gen" && find . -mindepth 1 -type d) | while read -r dir; do

@@ -121,19 +121,17 @@ def claim_request(
 
 def retry_policy(
     *,
-    max_attempts: int = 0,
-    initial_backoff: Seconds | None = None,
-    max_backoff: Seconds | None = None,
-    deadline: Seconds | None = None,
+    max_attempts: int,
+    initial_backoff: Seconds,
+    max_backoff: Seconds,
+    deadline: Seconds,
 ) -> pb.RetryPolicy:
-    """A ``RetryPolicy`` message; unset fields take the server's defaults."""
+    """A ``RetryPolicy`` message. The server takes a policy whole (every field
+    is required); leave ``retry_policy`` unset for the server's defaults."""
     policy = pb.RetryPolicy(max_attempts=max_attempts)
-    if initial_backoff is not None:
-        policy.initial_backoff.CopyFrom(to_duration(initial_backoff))
-    if max_backoff is not None:
-        policy.max_backoff.CopyFrom(to_duration(max_backoff))
-    if deadline is not None:
-        policy.deadline.CopyFrom(to_duration(deadline))
+    policy.initial_backoff.CopyFrom(to_duration(initial_backoff))
+    policy.max_backoff.CopyFrom(to_duration(max_backoff))
+    policy.deadline.CopyFrom(to_duration(deadline))
     return policy
 
 

@@ -285,16 +285,18 @@ def replayed_result(operation: pb.Operation) -> Result:
     if operation.status == pb.OPERATION_STATUS_SUCCEEDED:
         return Result(operation.result, operation.result_ref, replayed=True, operation=operation)
     if operation.status == pb.OPERATION_STATUS_FAILED:
-        raise BusinessFailure(
-            operation.failure.code, operation.failure.message, replayed=True, operation=operation
-        )
+        raise BusinessFailure(operation.failure.code, operation.failure.message, replayed=True, operation=operation)
     raise OpregError(f"REPLAYED with status {pb.OperationStatus.Name(operation.status)}")
 
 
 def dead(operation: pb.Operation) -> OperationDead:
     return OperationDead(
         f"{operation.namespace}/{operation.operation_key} is DEAD after {operation.attempts} attempt(s)"
-        + (f"; last error {operation.last_error_class}: {operation.last_error_message}" if operation.last_error_class else ""),
+        + (
+            f"; last error {operation.last_error_class}: {operation.last_error_message}"
+            if operation.last_error_class
+            else ""
+        ),
         operation=operation,
     )
 

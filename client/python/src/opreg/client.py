@@ -16,7 +16,6 @@ from ._gen.v1 import registry_pb2_grpc
 from ._run import AGAIN, Backoff, Deadline, Reconciliation, Result
 from .errors import (
     DeadlineExceeded,
-    LeaseLost,
     LeaseNotHeld,
     NotFound,
     OpregError,
@@ -265,9 +264,7 @@ class Client:
         )
         return self._call(self._stub.FencedWrite, request, timeout)
 
-    def get_resource(
-        self, namespace: str, resource: str, *, timeout: float | None = None
-    ) -> pb.GetResourceResponse:
+    def get_resource(self, namespace: str, resource: str, *, timeout: float | None = None) -> pb.GetResourceResponse:
         request = pb.GetResourceRequest(namespace=namespace, resource=resource)
         return self._call(self._stub.GetResource, request, timeout)
 

@@ -173,7 +173,7 @@ class InvalidArgument(OpregError):
 
     @property
     def field_violations(self) -> list[FieldViolation]:
-        violations = []
+        violations: list[FieldViolation] = []
         for detail in self.details:
             if isinstance(detail, error_details_pb2.BadRequest):
                 violations.extend(FieldViolation(v.field, v.description) for v in detail.field_violations)
