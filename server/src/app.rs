@@ -122,6 +122,8 @@ async fn drain_after(
 ) {
     shutdown.await;
     refresher.abort();
+    // A refresh already running could otherwise report SERVING after this.
+    let _ = refresher.await;
     gauges::set_health(&health, false).await;
     tokio::time::sleep(delay).await;
     let _ = stop.send(true);

@@ -136,6 +136,12 @@ impl Config {
         if lease.default < lease.min || lease.default > lease.max {
             return Err("the default lease TTL must lie within the bounds".into());
         }
+        if self.shutdown_delay >= self.shutdown_grace {
+            return Err(
+                "the shutdown delay must be shorter than the shutdown grace, which bounds it"
+                    .into(),
+            );
+        }
         if self.gauge_refresh_interval.is_zero() {
             return Err("the gauge refresh interval must be positive".into());
         }

@@ -11,6 +11,7 @@ use opreg_server::{shutdown, store, telemetry};
 use sqlx::postgres::PgConnectOptions;
 
 const EMBEDDED_DATABASE: &str = "opreg";
+const POOL_CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -129,7 +130,13 @@ async fn serve(config: &Config, embedded: Option<&EmbeddedPostgres>) -> Result<(
         Ok(served) => served??,
         Err(_) => tracing::warn!("drain timed out; abandoning in-flight calls"),
     }
-    pool.close().await;
+    // Calls abandoned by a timed-out drain may still hold connections.
+    if tokio::time::timeout(POOL_CLOSE_TIMEOUT, pool.close())
+        .await
+        .is_err()
+    {
+        tracing::warn!("database connections still busy; closing anyway");
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -112,7 +112,13 @@ async fn claim_racing_an_uncommitted_registration(
 ) -> (sqlx::PgConnection, RacingClaim) {
     let tx = uncommitted_registration(app, "worker-1").await;
     let mut client = app.client.clone();
-    let request = claim_request(NAMESPACE, "order-A", "worker-2", json!({"amount": amount}));
+    let request = pb::ClaimRequest {
+        lease_ttl: Some(prost_types::Duration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        ..claim_request(NAMESPACE, "order-A", "worker-2", json!({"amount": amount}))
+    };
     let racing = tokio::spawn(async move { client.claim(request).await });
     observe_lock_wait(app).await;
     assert!(
@@ -138,12 +144,29 @@ async fn a_claim_racing_an_uncommitted_registration_waits_then_sees_the_commit()
 async fn a_claim_racing_an_uncommitted_registration_acquires_after_a_rollback() {
     let app = spawn_app().await;
     let (tx, racing) = claim_racing_an_uncommitted_registration(&app, 100).await;
+    // Wait longer than a short lease would last: the lease must still count from
+    // the moment the claim got the key, not from before its wait.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     finish(tx, "ROLLBACK").await;
     let response = racing.await.unwrap().unwrap().into_inner();
     assert_eq!(outcome(&response), ClaimOutcome::Acquired);
     assert_eq!(response.lease.unwrap().owner, "worker-2");
     assert_eq!(app.count("SELECT count(*) FROM operations").await, 1);
     assert_eq!(app.count("SELECT count(*) FROM executions").await, 1);
+    let remaining_ms = app
+        .count(
+            "SELECT (extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)::bigint
+             FROM operations",
+        )
+        .await;
+    assert!(
+        remaining_ms > 500,
+        "the 1 s lease has {remaining_ms} ms left"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM operations o JOIN executions e USING (fencing_token) WHERE e.started_at = o.created_at").await,
+        1
+    );
 }
 
 #[tokio::test]

@@ -150,6 +150,16 @@ async fn only_a_known_success_can_be_compensated() {
         "NOTHING_TO_COMPENSATE",
     );
 
+    // Still running: it has not succeeded.
+    claim(&mut client, claim_request(NS, "running", "w", json!({}))).await;
+    assert_error(
+        client
+            .claim(compensation("refund:running", "running", "w"))
+            .await,
+        Code::FailedPrecondition,
+        "NOTHING_TO_COMPENSATE",
+    );
+
     let unsure = claim(&mut client, claim_request(NS, "unsure", "w", json!({}))).await;
     client
         .complete(complete_request(

@@ -40,6 +40,11 @@ async fn a_scripted_scenario_moves_every_metric_by_exactly_its_events() {
             .await
             .is_err()
     );
+    // An invalid namespace never becomes a label.
+    let refused = client
+        .claim(claim_request(" bad\u{1}", "k1", "a", json!({})))
+        .await;
+    assert_eq!(refused.unwrap_err().code(), tonic::Code::InvalidArgument);
     // An unknown outcome, then its reconcile lease.
     let k2 = claim(&mut client, claim_request(NS, "k2", "a", json!({}))).await;
     client
@@ -110,6 +115,14 @@ async fn a_scripted_scenario_moves_every_metric_by_exactly_its_events() {
     assert_eq!(claims("replayed"), 1.0);
     assert_eq!(claims("conflict"), 1.0);
     assert_eq!(claims("invalid"), 1.0);
+    assert_eq!(
+        delta(
+            "opreg_claims_total",
+            &[("namespace", "other"), ("outcome", "invalid")]
+        ),
+        1.0
+    );
+    assert!(!after.text.contains("bad"));
     assert_eq!(claims("reconcile"), 1.0);
     assert_eq!(claims("retry_later"), 1.0);
     assert_eq!(claims("dead"), 0.0);
@@ -181,7 +194,7 @@ async fn a_scripted_scenario_moves_every_metric_by_exactly_its_events() {
     };
     assert_eq!(grpc("Claim", "OK"), 12.0);
     assert_eq!(grpc("Claim", "AlreadyExists"), 1.0);
-    assert_eq!(grpc("Claim", "InvalidArgument"), 1.0);
+    assert_eq!(grpc("Claim", "InvalidArgument"), 2.0);
     assert_eq!(grpc("Complete", "OK"), 3.0);
     assert_eq!(grpc("Complete", "Aborted"), 1.0);
     let started = delta(
@@ -192,7 +205,7 @@ async fn a_scripted_scenario_moves_every_metric_by_exactly_its_events() {
             ("grpc_type", "unary"),
         ],
     );
-    assert_eq!(started, 14.0);
+    assert_eq!(started, 15.0);
     let timed = delta(
         "grpc_server_handling_seconds_count",
         &[
@@ -201,7 +214,7 @@ async fn a_scripted_scenario_moves_every_metric_by_exactly_its_events() {
             ("grpc_type", "unary"),
         ],
     );
-    assert_eq!(timed, 14.0);
+    assert_eq!(timed, 15.0);
     assert!(after.value("opreg_db_pool_connections", &[("state", "size")]) >= 1.0);
     assert!(
         after

@@ -159,6 +159,11 @@ fn invalid_claims() -> Vec<(&'static str, pb::ClaimRequest, &'static str)> {
             "retry_policy.deadline",
         ),
         (
+            "deadline past what timestamps hold",
+            with(&|r| r.retry_policy = Some(policy(3, 1, 2, 8_500_000_000_000))),
+            "retry_policy.deadline",
+        ),
+        (
             "missing backoff",
             with(&|r| {
                 r.retry_policy = Some(pb::RetryPolicy {

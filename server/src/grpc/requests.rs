@@ -305,6 +305,9 @@ fn fencing_token(token: u64) -> std::result::Result<i64, FieldViolation> {
     }
 }
 
+/// Longer durations would overflow timestamps (chrono stops at year 262142).
+const MAX_DURATION_SECONDS: u64 = 100 * 365 * 24 * 3_600;
+
 /// A protobuf Duration as a non-negative std Duration, nanoseconds kept.
 fn optional_duration(
     field: &'static str,
@@ -317,12 +320,12 @@ fn optional_duration(
         u64::try_from(duration.seconds),
         u32::try_from(duration.nanos),
     ) {
-        (Ok(seconds), Ok(nanos)) if nanos < 1_000_000_000 => {
+        (Ok(seconds), Ok(nanos)) if nanos < 1_000_000_000 && seconds <= MAX_DURATION_SECONDS => {
             Ok(Some(Duration::new(seconds, nanos)))
         }
         _ => Err(FieldViolation::new(
             field,
-            "must be a non-negative, normalized duration",
+            "must be a non-negative, normalized duration of at most 100 years",
         )),
     }
 }

@@ -22,7 +22,11 @@ pub fn to_status(error: &RegistryError) -> Status {
         } => {
             metadata.insert("storedDigest".into(), hex::encode(stored_digest));
             metadata.insert("requestDigest".into(), hex::encode(request_digest));
-            metadata.insert("differingFields".into(), differing_fields.join(","));
+            let (fields, truncated) = bounded_list(differing_fields);
+            metadata.insert("differingFields".into(), fields);
+            if truncated {
+                metadata.insert("differingFieldsTruncated".into(), "true".into());
+            }
             if *compensates_differs {
                 metadata.insert("conflictingField".into(), "compensates".into());
             }
@@ -61,6 +65,24 @@ pub fn to_status(error: &RegistryError) -> Status {
     Status::with_error_details(code, error.to_string(), details)
 }
 
+/// Status details travel in a header: at most this many bytes of field names.
+const MAX_LIST_BYTES: usize = 1024;
+
+/// `names` joined by commas, cut at whole names to stay small; true when cut.
+fn bounded_list(names: &[String]) -> (String, bool) {
+    let mut joined = String::new();
+    for name in names {
+        if joined.len() + name.len() + 1 > MAX_LIST_BYTES {
+            return (joined, true);
+        }
+        if !joined.is_empty() {
+            joined.push(',');
+        }
+        joined.push_str(name);
+    }
+    (joined, false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,6 +96,17 @@ mod tests {
         assert_eq!(
             details.bad_request().unwrap().field_violations[0].field,
             "lease_ttl"
+        );
+    }
+
+    #[test]
+    fn differing_fields_stay_small() {
+        let many: Vec<String> = (0..1_000).map(|i| format!("field_{i}")).collect();
+        let (list, truncated) = bounded_list(&many);
+        assert!(truncated && list.len() <= MAX_LIST_BYTES && list.starts_with("field_0,field_1"));
+        assert_eq!(
+            bounded_list(&["a".into(), "b".into()]),
+            ("a,b".into(), false)
         );
     }
 

@@ -12,12 +12,15 @@ use crate::domain::error::{RegistryError, Result};
 use crate::domain::operation::{ExecutionKind, Operation, Status};
 use crate::domain::parameters::differing_fields;
 use crate::store::is_violation_of;
-use crate::store::operations::{self, Observed};
+use crate::store::operations::{self, Observed, Registered};
 use crate::telemetry::metrics;
 
 /// Guarded transitions lost to a concurrent one are decided again from a fresh
 /// read; every loss means another caller made progress, so few rounds suffice.
 const MAX_ROUNDS: usize = 16;
+
+/// How late a registration may return before its lease is restarted.
+const REGISTRATION_WAIT_TOLERANCE: chrono::TimeDelta = chrono::TimeDelta::milliseconds(20);
 
 /// The unique index allowing one compensation per original.
 const ONE_COMPENSATION_INDEX: &str = "operations_one_compensation";
@@ -85,10 +88,10 @@ async fn register(db: &mut PgConnection, claim: &ClaimCommand) -> Result<Registr
         return register_compensation(db, claim, original).await;
     }
     match operations::insert_new(&mut *db, claim).await? {
-        Some(registered) => Ok(Registration::Registered(first_answer(
-            claim,
-            registered.operation,
-        ))),
+        Some(registered) => {
+            let operation = fresh_first_lease(db, registered, claim).await?;
+            Ok(Registration::Registered(first_answer(claim, operation)))
+        }
         // A separate statement: in READ COMMITTED it sees the row that won.
         None => Ok(Registration::Exists(find_registered(db, claim).await?)),
     }
@@ -115,12 +118,10 @@ async fn register_compensation(
     let inserted = operations::insert_new(&mut *tx, claim).await;
     match inserted {
         Ok(Some(registered)) if registered.linked_original => {
+            let operation = fresh_first_lease(&mut tx, registered, claim).await?;
             tx.commit().await?;
             metrics::compensation(&claim.namespace);
-            Ok(Registration::Registered(first_answer(
-                claim,
-                registered.operation,
-            )))
+            Ok(Registration::Registered(first_answer(claim, operation)))
         }
         Ok(Some(_)) => {
             tx.rollback().await?;
@@ -132,7 +133,12 @@ async fn register_compensation(
         }
         Err(error) if is_violation_of(&error, ONE_COMPENSATION_INDEX) => {
             tx.rollback().await?;
-            Err(already_compensated(db, claim, original_key).await)
+            // A racing claim of this very key may have won: then this is an
+            // ordinary claim of an existing operation.
+            match operations::find(&mut *db, &claim.namespace, &claim.operation_key).await? {
+                Some(existing) => Ok(Registration::Exists(existing)),
+                None => Err(already_compensated(db, claim, original_key).await),
+            }
         }
         Err(error) => Err(error.into()),
     }
@@ -162,6 +168,25 @@ async fn find_registered(db: &mut PgConnection, claim: &ClaimCommand) -> Result<
         })
 }
 
+/// A registration that waited on a racing one (which then rolled back) got its
+/// times before the wait; its lease must still last the whole TTL from now.
+async fn fresh_first_lease(
+    db: &mut PgConnection,
+    registered: Registered,
+    claim: &ClaimCommand,
+) -> Result<Operation> {
+    let waited = registered.returned_at - registered.operation.created_at;
+    if waited <= REGISTRATION_WAIT_TOLERANCE {
+        return Ok(registered.operation);
+    }
+    operations::restart_first_lease(db, &registered.operation, claim.lease_ttl)
+        .await?
+        .ok_or_else(|| {
+            tracing::error!(key = %claim.operation_key, "a new registration changed before its lease restarted");
+            RegistryError::Internal
+        })
+}
+
 fn first_answer(claim: &ClaimCommand, operation: Operation) -> ClaimAnswer {
     metrics::registered(&claim.namespace);
     metrics::execution(&claim.namespace, Some(ExecutionKind::First));
@@ -186,19 +211,18 @@ fn check_fingerprint(stored: &Operation, claim: &ClaimCommand) -> Result<()> {
     })
 }
 
-/// Only a success can be compensated, and only once its outcome is known.
+/// Only a success can be compensated. An unknown outcome (reported, or being
+/// reconciled) must be reconciled first; anything else has not succeeded.
 fn check_compensable(original: Option<&Operation>) -> Result<()> {
     let Some(original) = original else {
         return Err(RegistryError::NothingToCompensate);
     };
-    match original.status {
-        Status::Succeeded => match &original.compensated_by {
-            Some(by) => Err(RegistryError::AlreadyCompensated { by: by.clone() }),
-            None => Ok(()),
-        },
-        Status::Failed => Err(RegistryError::NothingToCompensate),
-        Status::InProgress | Status::RetryScheduled | Status::Unknown | Status::Dead => {
-            Err(RegistryError::OriginalOutcomeUnknown)
-        }
+    if original.status == Status::Unknown || original.reconciling {
+        return Err(RegistryError::OriginalOutcomeUnknown);
+    }
+    match (original.status, &original.compensated_by) {
+        (Status::Succeeded, Some(by)) => Err(RegistryError::AlreadyCompensated { by: by.clone() }),
+        (Status::Succeeded, None) => Ok(()),
+        _ => Err(RegistryError::NothingToCompensate),
     }
 }

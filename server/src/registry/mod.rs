@@ -34,13 +34,11 @@ impl Registry {
         &self.pool
     }
 
-    /// One connection for one use case, counted while it waits for the pool.
+    /// One connection for one use case, counted while it waits for the pool
+    /// (also when the call is cancelled while waiting).
     async fn connection(&self) -> Result<PoolConnection<Postgres>> {
-        let waiting = metrics::pool_waiting();
-        waiting.increment(1.0);
-        let acquired = self.pool.acquire().await;
-        waiting.decrement(1.0);
-        Ok(acquired?)
+        let _waiting = metrics::PoolWaiter::start();
+        Ok(self.pool.acquire().await?)
     }
 }
 

@@ -26,6 +26,9 @@ pub struct Registered {
     pub operation: Operation,
     /// For a compensation: whether the original was linked to it.
     pub linked_original: bool,
+    /// The database clock once the row was in: later than `created_at` by
+    /// any wait on a racing registration of the same key.
+    pub returned_at: DateTime<Utc>,
 }
 
 /// Registers a new operation with its first lease and first execution, or does
@@ -69,7 +72,9 @@ pub async fn insert_new(
                AND original.compensated_by IS NULL
              RETURNING original.operation_key
          )
-         SELECT inserted.*, EXISTS (SELECT 1 FROM linked) AS linked_original FROM inserted",
+         SELECT inserted.*, EXISTS (SELECT 1 FROM linked) AS linked_original,
+                clock_timestamp() AS returned_at
+         FROM inserted",
     )
     .bind(&claim.namespace)
     .bind(&claim.operation_key)
@@ -87,12 +92,39 @@ pub async fn insert_new(
     .await
 }
 
-/// Reads an operation with the database clock.
-macro_rules! select_observed {
-    () => {
-        "SELECT *, clock_timestamp() AS db_now FROM operations
-         WHERE namespace = $1 AND operation_key = $2"
-    };
+/// Restarts the clock of a first lease whose registration waited on a racing
+/// one (the insert's values are computed before that wait): the lease, the
+/// creation time and the deadline count from now.
+pub async fn restart_first_lease(
+    db: impl PgExecutor<'_>,
+    registered: &Operation,
+    lease_ttl: std::time::Duration,
+) -> sqlx::Result<Option<Operation>> {
+    let _timer = super::QueryTimer::start("operations_restart_first_lease");
+    sqlx::query_as(
+        "WITH restarted AS (
+             UPDATE operations SET
+                 deadline_at = deadline_at + (clock_timestamp() - created_at),
+                 lease_expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond',
+                 created_at = clock_timestamp(),
+                 updated_at = clock_timestamp()
+             WHERE namespace = $1 AND operation_key = $2
+               AND fencing_token = $3 AND status = 'in_progress'
+             RETURNING *
+         ),
+         execution AS (
+             UPDATE executions AS e SET started_at = restarted.created_at
+             FROM restarted
+             WHERE e.fencing_token = restarted.fencing_token
+         )
+         SELECT * FROM restarted",
+    )
+    .bind(&registered.namespace)
+    .bind(&registered.operation_key)
+    .bind(registered.fencing_token)
+    .bind(micros_ceil(lease_ttl))
+    .fetch_optional(db)
+    .await
 }
 
 /// Reads an operation and the database clock. A separate statement from any
@@ -103,7 +135,14 @@ pub async fn find(
     operation_key: &str,
 ) -> sqlx::Result<Option<Observed>> {
     let _timer = super::QueryTimer::start("operations_find");
-    observe(db, select_observed!(), namespace, operation_key).await
+    observe(
+        db,
+        "SELECT *, clock_timestamp() AS db_now FROM operations
+         WHERE namespace = $1 AND operation_key = $2",
+        namespace,
+        operation_key,
+    )
+    .await
 }
 
 /// Like [`find`], and locks the row until the transaction ends, ordering this
@@ -114,9 +153,16 @@ pub async fn lock(
     operation_key: &str,
 ) -> sqlx::Result<Option<Observed>> {
     let _timer = super::QueryTimer::start("operations_lock");
+    // The clock is read in the outer query, after the lock is granted; in a
+    // plain SELECT … FOR UPDATE it would be read before any lock wait.
     observe(
         db,
-        concat!(select_observed!(), " FOR UPDATE"),
+        "WITH locked AS (
+             SELECT * FROM operations
+             WHERE namespace = $1 AND operation_key = $2
+             FOR UPDATE
+         )
+         SELECT *, clock_timestamp() AS db_now FROM locked",
         namespace,
         operation_key,
     )

@@ -131,9 +131,11 @@ pub struct Call {
 
 impl Call {
     fn start(path: &str) -> Self {
+        // Only served methods become labels: arbitrary paths must not grow series.
         let (service, method) = path
             .trim_start_matches('/')
             .split_once('/')
+            .filter(|(service, method)| is_served(service, method))
             .unwrap_or(("unknown", "unknown"));
         let kind = match method {
             "ServerReflectionInfo" => "bidi_stream",
@@ -166,6 +168,26 @@ impl Drop for Call {
         if !self.finished {
             self.record("Canceled");
         }
+    }
+}
+
+/// The methods this server serves.
+fn is_served(service: &str, method: &str) -> bool {
+    match service {
+        "opreg.v1.OperationRegistry" => [
+            "Claim",
+            "Complete",
+            "Lookup",
+            "Renew",
+            "FencedWrite",
+            "GetResource",
+        ]
+        .contains(&method),
+        "grpc.health.v1.Health" => ["Check", "Watch"].contains(&method),
+        "grpc.reflection.v1.ServerReflection" | "grpc.reflection.v1alpha.ServerReflection" => {
+            method == "ServerReflectionInfo"
+        }
+        _ => false,
     }
 }
 
@@ -237,6 +259,14 @@ mod tests {
             None
         );
         assert_eq!(parse_traceparent("garbage"), None);
+    }
+
+    #[test]
+    fn only_served_methods_become_labels() {
+        assert!(is_served("opreg.v1.OperationRegistry", "Claim"));
+        assert!(is_served("grpc.health.v1.Health", "Check"));
+        assert!(!is_served("opreg.v1.OperationRegistry", "Nope"));
+        assert!(!is_served("x", "y"));
     }
 
     #[test]

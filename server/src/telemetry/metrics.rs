@@ -12,6 +12,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::domain::claim::ClaimOutcome;
 use crate::domain::operation::{ExecutionKind, Status};
+use crate::domain::text::{NAMESPACE_MAX_BYTES, check_identifier};
 
 pub const CLAIMS: &str = "opreg_claims_total";
 pub const REGISTERED: &str = "opreg_operations_registered_total";
@@ -204,8 +205,16 @@ pub fn namespace_label(namespace: &str) -> String {
     OTHER_NAMESPACE.to_owned()
 }
 
+/// A Claim's answer. A refused request's namespace may itself be the invalid
+/// part, so it only becomes a label when it is a valid namespace.
 pub fn claim_answered(namespace: &str, outcome: &'static str) {
-    counter!(CLAIMS, "namespace" => namespace_label(namespace), "outcome" => outcome).increment(1);
+    let valid = check_identifier("namespace", namespace, NAMESPACE_MAX_BYTES).is_ok();
+    let label = if valid {
+        namespace_label(namespace)
+    } else {
+        OTHER_NAMESPACE.to_owned()
+    };
+    counter!(CLAIMS, "namespace" => label, "outcome" => outcome).increment(1);
 }
 
 pub fn claim_outcome_label(outcome: ClaimOutcome) -> &'static str {
@@ -284,8 +293,21 @@ pub fn pool(size: u32, idle: usize) {
     gauge!(POOL_CONNECTIONS, "state" => "idle").set(idle as f64);
 }
 
-pub fn pool_waiting() -> metrics::Gauge {
-    gauge!(POOL_WAITING)
+/// Counts one request in `opreg_db_pool_waiting` until dropped.
+pub struct PoolWaiter(metrics::Gauge);
+
+impl PoolWaiter {
+    pub fn start() -> Self {
+        let waiting = gauge!(POOL_WAITING);
+        waiting.increment(1.0);
+        Self(waiting)
+    }
+}
+
+impl Drop for PoolWaiter {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
 }
 
 pub fn query(name: &'static str, seconds: f64) {
