@@ -1,5 +1,5 @@
-"""Conversions between Python values and the contract's messages, and the
-request builders shared by the sync and asyncio clients."""
+"""Conversions between Python values and the contract's messages (the request
+messages themselves are built in ``_rpc``)."""
 
 from __future__ import annotations
 
@@ -87,38 +87,6 @@ def _to_value(value: Any) -> struct_pb2.Value:
     return out
 
 
-def claim_request(
-    namespace: str,
-    operation_key: str,
-    *,
-    owner: str,
-    parameters: Parameters | None,
-    parameters_digest: bytes | None,
-    execution_id: str,
-    lease_ttl: Seconds | None,
-    retry_policy: pb.RetryPolicy | None,
-    compensates: str,
-) -> pb.ClaimRequest:
-    if (parameters is None) == (parameters_digest is None):
-        raise ValueError("give exactly one of parameters and parameters_digest")
-    request = pb.ClaimRequest(
-        namespace=namespace,
-        operation_key=operation_key,
-        owner=owner,
-        execution_id=execution_id,
-        compensates=compensates,
-    )
-    if parameters is not None:
-        request.parameters.CopyFrom(to_struct(parameters))
-    else:
-        request.parameters_digest = bytes(parameters_digest)  # type: ignore[arg-type]
-    if lease_ttl is not None:
-        request.lease_ttl.CopyFrom(to_duration(lease_ttl))
-    if retry_policy is not None:
-        request.retry_policy.CopyFrom(retry_policy)
-    return request
-
-
 def retry_policy(
     *,
     max_attempts: int,
@@ -133,37 +101,3 @@ def retry_policy(
     policy.max_backoff.CopyFrom(to_duration(max_backoff))
     policy.deadline.CopyFrom(to_duration(deadline))
     return policy
-
-
-def complete_request(
-    namespace: str,
-    operation_key: str,
-    fencing_token: int,
-    outcome: pb.Success | pb.Failure | pb.RetryableError | pb.UnknownOutcome,
-) -> pb.CompleteRequest:
-    request = pb.CompleteRequest(namespace=namespace, operation_key=operation_key, fencing_token=fencing_token)
-    if isinstance(outcome, pb.Success):
-        request.success.CopyFrom(outcome)
-    elif isinstance(outcome, pb.Failure):
-        request.failure.CopyFrom(outcome)
-    elif isinstance(outcome, pb.RetryableError):
-        request.retryable.CopyFrom(outcome)
-    elif isinstance(outcome, pb.UnknownOutcome):
-        request.unknown.CopyFrom(outcome)
-    else:
-        raise TypeError(
-            "outcome must be a Success, Failure, RetryableError or UnknownOutcome message, "
-            f"not {type(outcome).__name__}"
-        )
-    return request
-
-
-def renew_request(
-    namespace: str, operation_key: str, *, owner: str, fencing_token: int, lease_ttl: Seconds | None
-) -> pb.RenewRequest:
-    request = pb.RenewRequest(
-        namespace=namespace, operation_key=operation_key, owner=owner, fencing_token=fencing_token
-    )
-    if lease_ttl is not None:
-        request.lease_ttl.CopyFrom(to_duration(lease_ttl))
-    return request

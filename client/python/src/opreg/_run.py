@@ -1,6 +1,11 @@
-"""The parts of the run-once helper shared by the sync and asyncio clients:
-the values work and reconcile return or raise, the lease handed to them, and
-the pure mapping between those and the registry's messages."""
+"""The run-once helper, shared by the sync and asyncio clients: the values work
+and reconcile return or raise, the lease handed to them, the pure mapping
+between those and the registry's messages, and the protocol's decisions
+(:class:`RunOnce`, :class:`Attempt`, :class:`Renewal`, :class:`Retry`).
+
+The clients only do the I/O: they make the calls these objects describe
+(blocking or awaited), sleep the waits they compute (``time.sleep`` or
+``asyncio.sleep``) and run the renewals (a thread or a task)."""
 
 from __future__ import annotations
 
@@ -10,12 +15,23 @@ import random
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from ._convert import Seconds, from_duration, seconds, to_duration
 from ._gen.v1 import registry_pb2 as pb
-from .errors import LeaseLost, OperationDead, OpregError, StaleFencingToken
+from .errors import (
+    DeadlineExceeded,
+    LeaseLost,
+    LeaseNotHeld,
+    NotFound,
+    OperationDead,
+    OpregError,
+    ReconcileRequired,
+    StaleFencingToken,
+    Unavailable,
+)
 
 __all__ = [
     "Result",
@@ -114,6 +130,14 @@ Outcome = pb.Success | pb.Failure | pb.RetryableError | pb.UnknownOutcome
 AGAIN = object()
 
 
+class Flag(Protocol):
+    """A ``threading.Event`` or an ``asyncio.Event``."""
+
+    def is_set(self) -> bool: ...
+
+    def set(self) -> None: ...
+
+
 class LeaseBase:
     """The lease an execution holds; handed to ``work`` and ``reconcile``.
 
@@ -124,6 +148,8 @@ class LeaseBase:
 
     def __init__(
         self,
+        client: Any,
+        lost: Flag,
         *,
         namespace: str,
         operation_key: str,
@@ -134,6 +160,9 @@ class LeaseBase:
         lease_ttl: float,
         local_expiry: float,
     ) -> None:
+        self._client = client
+        self._lost = lost
+        self._on_lost: list[Callable[[], object]] = []  # called once, when the lease is lost
         self.namespace = namespace
         self.operation_key = operation_key
         self.owner = lease.owner
@@ -150,18 +179,34 @@ class LeaseBase:
 
     @property
     def lost(self) -> bool:
-        raise NotImplementedError
+        return self._lost.is_set()
 
     def check(self) -> None:
         """Raise :class:`LeaseLost` if the lease was lost."""
         if self.lost:
             raise self._lost_error() from self.lost_reason
 
+    def _mark_lost(self, reason: BaseException) -> None:
+        if not self._lost.is_set():
+            self.lost_reason = reason
+            self._lost.set()
+            for callback in self._on_lost:
+                callback()
+
+    def _lose(self, reason: BaseException) -> LeaseLost:
+        """Marks the lease lost (if it was not already); the error to raise."""
+        self._mark_lost(reason)
+        return self._lost_error()
+
     def _lost_error(self) -> LeaseLost:
         return LeaseLost(
             f"lease {self.fencing_token} on {self.namespace}/{self.operation_key} was lost: {self.lost_reason}",
             fencing_token=self.fencing_token,
         )
+
+    def _fence(self, value: bytes) -> dict[str, Any]:
+        """FencedWrite's keyword arguments for this lease."""
+        return {"operation_key": self.operation_key, "fencing_token": self.fencing_token, "value": value}
 
     def _renewed(self, lease: pb.Lease, local_expiry: float) -> None:
         self.expires_at = lease.expires_at.ToDatetime(tzinfo=datetime.timezone.utc)
@@ -392,3 +437,239 @@ def run_spec(
         backoff_initial=transport_backoff[0],
         backoff_max=transport_backoff[1],
     )
+
+
+T = TypeVar("T")
+
+
+class Retry(Generic[T]):
+    """One RPC retried on UNAVAILABLE / DEADLINE_EXCEEDED with exponential
+    backoff and full jitter until ``deadline``. The clients loop: make
+    ``call(timeout())`` and, after an :class:`Unavailable`, sleep ``failed(error)``."""
+
+    def __init__(
+        self,
+        call: Callable[[float], T],
+        deadline: Deadline,
+        spec: RunSpec,
+        what: str,
+        cause: BaseException | None = None,
+    ) -> None:
+        self.call = call
+        self._deadline = deadline
+        self._spec = spec
+        self._what = what
+        self._last = cause
+        self._backoff = Backoff(spec.backoff_initial, spec.backoff_max)
+
+    def timeout(self) -> float:
+        """The next attempt's timeout; raises DeadlineExceeded when no time is left."""
+        remaining = self._deadline.remaining()
+        if remaining <= 0:
+            raise DeadlineExceeded(
+                f"{self._spec.namespace}/{self._spec.operation_key}: deadline exceeded before {self._what} succeeded"
+            ) from self._last
+        return min(self._spec.rpc_timeout, remaining)
+
+    def failed(self, error: Unavailable) -> float:
+        """How long to sleep before the next attempt."""
+        self._last = error
+        return min(self._backoff.next(), max(self._deadline.remaining(), 0))
+
+
+class RunOnce:
+    """The decisions of one ``run_once`` call. The client loops: make the Claim
+    that :meth:`claim` describes, then do what :meth:`after_claim` says."""
+
+    def __init__(self, spec: RunSpec, deadline: Seconds, *, can_reconcile: bool) -> None:
+        self.spec = spec
+        self.overall = Deadline(seconds(deadline))
+        self.can_reconcile = can_reconcile
+        self.last_error: BaseException | None = None  # what the last execution raised, if it asked to claim again
+        self._claimed_at = 0.0
+
+    def claim(self, claim: Callable[..., T]) -> Retry[T]:
+        """The Claim to make with ``claim`` (the client's method), retried within the deadline."""
+        spec = self.spec
+        self._claimed_at = time.monotonic()
+        return Retry(
+            lambda timeout: claim(
+                spec.namespace,
+                spec.operation_key,
+                owner=spec.owner,
+                parameters=spec.parameters,
+                parameters_digest=spec.parameters_digest,
+                execution_id=spec.execution_id,
+                lease_ttl=spec.lease_ttl,
+                retry_policy=spec.retry_policy,
+                compensates=spec.compensates,
+                timeout=timeout,
+            ),
+            self.overall,
+            spec,
+            "Claim",
+            self.last_error,
+        )
+
+    def after_claim(self, response: pb.ClaimResponse) -> Result | float | Attempt:
+        """What to do with Claim's answer: return a :class:`Result` (REPLAYED),
+        sleep that many seconds and claim again (IN_PROGRESS / RETRY_LATER), or
+        run an :class:`Attempt` under the lease (ACQUIRED / RECONCILE). Raises
+        the recorded failure, OperationDead, DeadlineExceeded or ReconcileRequired."""
+        spec, outcome = self.spec, response.outcome
+        if outcome == pb.CLAIM_OUTCOME_REPLAYED:
+            return replayed_result(response.operation)
+        if outcome == pb.CLAIM_OUTCOME_DEAD:
+            raise dead(response.operation) from self.last_error
+        if outcome in (pb.CLAIM_OUTCOME_IN_PROGRESS, pb.CLAIM_OUTCOME_RETRY_LATER):
+            wait = claim_wait(response, spec.poll_interval)
+            if wait >= self.overall.remaining():
+                raise DeadlineExceeded(
+                    f"{spec.namespace}/{spec.operation_key}: deadline exceeded waiting after "
+                    f"{pb.ClaimOutcome.Name(outcome)} (next claim in {wait:.3f}s)",
+                    last_outcome=outcome,
+                    operation=response.operation,
+                ) from self.last_error
+            return wait
+        if outcome in (pb.CLAIM_OUTCOME_ACQUIRED, pb.CLAIM_OUTCOME_RECONCILE):
+            return Attempt(self, response, self._claimed_at)
+        raise OpregError(f"unexpected claim outcome {outcome}")
+
+
+class Attempt:
+    """One execution under the lease Claim handed out (ACQUIRED or RECONCILE).
+
+    The client builds its lease from ``lease_fields`` and renews it; if
+    ``reconciling`` it calls ``reconcile(lease, remote_ref)`` and reports the
+    value to :meth:`reconciled` or the exception to :meth:`reconcile_failed`;
+    then, while ``report`` is None, it calls ``work(lease)`` and reports to
+    :meth:`worked` or :meth:`work_failed`. It makes the Complete that
+    :meth:`complete` describes and returns what :meth:`done` returns.
+    """
+
+    def __init__(self, run: RunOnce, response: pb.ClaimResponse, claimed_at: float) -> None:
+        spec, operation = run.spec, response.operation
+        self.run = run
+        self.spec = spec
+        self.reconciling = response.outcome == pb.CLAIM_OUTCOME_RECONCILE
+        self.remote_ref = operation.remote_ref
+        if self.reconciling and not run.can_reconcile:
+            raise ReconcileRequired(
+                f"{spec.namespace}/{spec.operation_key}: the last outcome is unknown "
+                f"(remote_ref={operation.remote_ref!r}) and no reconcile callback was given",
+                remote_ref=operation.remote_ref,
+                operation=operation,
+            )
+        self.lease_fields: dict[str, Any] = {
+            "namespace": spec.namespace,
+            "operation_key": spec.operation_key,
+            "lease": response.lease,
+            "reconciling": self.reconciling,
+            "remote_ref": operation.remote_ref,
+            "operation": operation,
+            "lease_ttl": spec.lease_ttl,
+            "local_expiry": claimed_at + spec.lease_ttl,
+        }
+        self.report: Outcome | None = None
+        self.error: BaseException | None = None  # what work or reconcile raised
+
+    def reconciled(self, reconciliation: Any) -> None:
+        self.report = reconcile_report(reconciliation)
+
+    def reconcile_failed(self, lease: LeaseBase, error: Exception) -> None:
+        """A failed reconcile leaves the outcome unknown (then it is re-raised)."""
+        self._failed(lease, error, reconcile_error_report(error, self.remote_ref))
+
+    def worked(self, value: Any) -> None:
+        self.report = success_report(value)
+
+    def work_failed(self, lease: LeaseBase, error: Exception) -> None:
+        self._failed(lease, error, error_report(error))
+
+    def _failed(self, lease: LeaseBase, error: Exception, report: Outcome) -> None:
+        if is_lease_loss(error):
+            raise lease._lose(error) from error
+        self.error = error
+        self.report = report
+
+    def complete(self, complete: Callable[..., T], lease: LeaseBase) -> Retry[T]:
+        """The Complete to make with ``complete`` (the client's method); raises
+        LeaseLost if the lease was lost meanwhile. The answer to a Complete may
+        be lost; the same report with the same token is idempotent, so it is
+        retried at least until the lease would expire."""
+        if lease.lost:
+            raise lease._lost_error() from (self.error or lease.lost_reason)
+        spec, report = self.spec, self.report
+        return Retry(
+            lambda timeout: complete(
+                spec.namespace,
+                spec.operation_key,
+                fencing_token=lease.fencing_token,
+                outcome=report,
+                timeout=timeout,
+            ),
+            self.run.overall.at_least(spec.lease_ttl),
+            spec,
+            "Complete",
+            self.error,
+        )
+
+    def done(self, completed: pb.CompleteResponse) -> Any:
+        """What ``run_once`` does once Complete recorded the report: return a
+        Result, return AGAIN (claim again), or raise."""
+        if self.reconciling and self.error is not None:
+            raise self.error
+        assert self.report is not None
+        self.run.last_error = self.error
+        return after_complete(
+            completed.operation,
+            self.report,
+            self.error,
+            retry_transient=self.spec.retry_transient,
+            can_reconcile=self.run.can_reconcile,
+        )
+
+
+class Renewal:
+    """The renewals of one lease. The client loops until stopped: sleep
+    ``wait``, make the Renew that :meth:`renew` makes, and report the answer
+    to :meth:`renewed` or the error to :meth:`failed` (true: stop)."""
+
+    def __init__(self, lease: LeaseBase, spec: RunSpec) -> None:
+        self._lease = lease
+        self._spec = spec
+        self._backoff = Backoff(spec.backoff_initial, spec.backoff_max)
+        self._sent = 0.0
+        self.wait = spec.renew_interval
+
+    def renew(self, renew: Callable[..., T]) -> T:
+        """Calls ``renew`` (the client's method) for the lease, bounded by its expiry."""
+        lease, spec = self._lease, self._spec
+        self._sent = time.monotonic()
+        return renew(
+            lease.namespace,
+            lease.operation_key,
+            owner=lease.owner,
+            fencing_token=lease.fencing_token,
+            lease_ttl=spec.lease_ttl,
+            timeout=max(0.05, min(spec.rpc_timeout, lease._local_expiry - self._sent)),
+        )
+
+    def renewed(self, response: pb.RenewResponse) -> None:
+        self._lease._renewed(response.lease, self._sent + self._spec.lease_ttl)
+        self._backoff.reset()
+        self.wait = self._spec.renew_interval
+
+    def failed(self, error: OpregError) -> bool:
+        """True when the lease is lost: the renewal was refused, or it could not
+        be renewed before it expired. Otherwise retry after ``wait``."""
+        lease = self._lease
+        if isinstance(error, (StaleFencingToken, LeaseNotHeld, NotFound)):
+            lease._mark_lost(error)
+            return True
+        left = lease._local_expiry - time.monotonic()
+        if left <= 0:
+            lease._mark_lost(error)
+            return True
+        self.wait = min(self._backoff.next(), left)
+        return False

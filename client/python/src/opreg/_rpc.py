@@ -1,0 +1,224 @@
+"""What the sync and asyncio clients share around the RPCs: the channel and the
+stub (:class:`ClientBase`), and one function per RPC wrapper.
+
+Each wrapper function here has the wrapper's signature and docstring and builds
+its request message; it returns a :class:`Call`. ``opreg.client`` and
+``opreg.aio`` turn each function into a method (:func:`as_method`) that makes
+the call, blocking or awaited, and maps a failed call to an ``OpregError``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import grpc
+
+from ._convert import Parameters, Seconds, to_duration, to_struct
+from ._gen.v1 import registry_pb2 as pb
+from ._gen.v1 import registry_pb2_grpc
+
+__all__ = ["DEFAULT_CHANNEL_OPTIONS", "ClientBase", "Call", "as_method"]
+
+R = TypeVar("R")
+ChannelT = TypeVar("ChannelT")
+C = TypeVar("C", bound="ClientBase[Any]")
+
+# Reconnect quickly after the server comes back (gRPC's default backoff grows to 120 s).
+DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+)
+
+
+class ClientBase(Generic[ChannelT]):
+    """A client's channel, stub and default timeout. ``_channels`` is the module
+    that makes the channels of :meth:`connect`: ``grpc`` or ``grpc.aio``."""
+
+    _channels: Any
+
+    def __init__(self, channel: ChannelT, *, timeout: float | None = None) -> None:
+        self._channel = channel
+        self._stub = registry_pb2_grpc.OperationRegistryStub(channel)
+        self.timeout = timeout
+
+    @classmethod
+    def connect(
+        cls: type[C],
+        target: str,
+        *,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS,
+        timeout: float | None = None,
+    ) -> C:
+        """A client on a new channel to ``target`` (``host:port``); plaintext
+        unless ``credentials`` are given. Close it with :meth:`close` (awaited
+        for an :class:`opreg.AsyncClient`)."""
+        if credentials is None:
+            channel = cls._channels.insecure_channel(target, options=list(options))
+        else:
+            channel = cls._channels.secure_channel(target, credentials, options=list(options))
+        return cls(channel, timeout=timeout)
+
+    @property
+    def channel(self) -> ChannelT:
+        return self._channel
+
+    def _stub_method(self, call: Call[Any]) -> Callable[..., Any]:
+        """The stub's method for ``call``, bound to its request and timeout (the
+        call's own, else the client's)."""
+        method = getattr(self._stub, call.method)
+        timeout = self.timeout if call.timeout is None else call.timeout
+        return lambda: method(call.request, timeout=timeout)
+
+
+@dataclass(frozen=True)
+class Call(Generic[R]):
+    """One RPC to make: the stub's method (e.g. ``"Claim"``), the request, and
+    the caller's timeout (``None``: the client's). ``R`` is the response type."""
+
+    method: str
+    request: Any
+    timeout: float | None
+
+
+def as_method(method: Callable[..., Any], wrapper: Callable[..., Call[Any]], owner: str) -> Any:
+    """``method`` (which makes the call ``wrapper`` builds), named, documented
+    and with the signature of ``wrapper``: ``self`` first, returning the response."""
+    signature = inspect.signature(wrapper)
+    response = str(signature.return_annotation).removeprefix("Call[").removesuffix("]")
+    self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    method.__name__ = wrapper.__name__
+    method.__qualname__ = f"{owner}.{wrapper.__name__}"
+    method.__doc__ = wrapper.__doc__
+    method.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[self_parameter, *signature.parameters.values()], return_annotation=response
+    )
+    return method
+
+
+# -- the RPC wrappers ---------------------------------------------------------
+
+
+def claim(
+    namespace: str,
+    operation_key: str,
+    *,
+    owner: str,
+    parameters: Parameters | None = None,
+    parameters_digest: bytes | None = None,
+    execution_id: str = "",
+    lease_ttl: Seconds | None = None,
+    retry_policy: pb.RetryPolicy | None = None,
+    compensates: str = "",
+    timeout: float | None = None,
+) -> Call[pb.ClaimResponse]:
+    """Registers an operation or says what to do about it. Give exactly one
+    of ``parameters`` (a mapping of JSON values, or a Struct) and
+    ``parameters_digest`` (16–64 bytes, e.g. :func:`opreg.parameters_digest`)."""
+    if (parameters is None) == (parameters_digest is None):
+        raise ValueError("give exactly one of parameters and parameters_digest")
+    request = pb.ClaimRequest(
+        namespace=namespace,
+        operation_key=operation_key,
+        owner=owner,
+        execution_id=execution_id,
+        compensates=compensates,
+    )
+    if parameters is not None:
+        request.parameters.CopyFrom(to_struct(parameters))
+    else:
+        request.parameters_digest = bytes(parameters_digest)  # type: ignore[arg-type]
+    if lease_ttl is not None:
+        request.lease_ttl.CopyFrom(to_duration(lease_ttl))
+    if retry_policy is not None:
+        request.retry_policy.CopyFrom(retry_policy)
+    return Call("Claim", request, timeout)
+
+
+def complete(
+    namespace: str,
+    operation_key: str,
+    *,
+    fencing_token: int,
+    outcome: pb.Success | pb.Failure | pb.RetryableError | pb.UnknownOutcome,
+    timeout: float | None = None,
+) -> Call[pb.CompleteResponse]:
+    """Records the outcome of the execution holding ``fencing_token``.
+    Repeating the same report is safe."""
+    request = pb.CompleteRequest(namespace=namespace, operation_key=operation_key, fencing_token=fencing_token)
+    if isinstance(outcome, pb.Success):
+        request.success.CopyFrom(outcome)
+    elif isinstance(outcome, pb.Failure):
+        request.failure.CopyFrom(outcome)
+    elif isinstance(outcome, pb.RetryableError):
+        request.retryable.CopyFrom(outcome)
+    elif isinstance(outcome, pb.UnknownOutcome):
+        request.unknown.CopyFrom(outcome)
+    else:
+        raise TypeError(
+            "outcome must be a Success, Failure, RetryableError or UnknownOutcome message, "
+            f"not {type(outcome).__name__}"
+        )
+    return Call("Complete", request, timeout)
+
+
+def lookup(
+    namespace: str,
+    operation_key: str,
+    *,
+    include_executions: bool = False,
+    timeout: float | None = None,
+) -> Call[pb.LookupResponse]:
+    """Reads an operation and, with ``include_executions``, its execution history."""
+    request = pb.LookupRequest(
+        namespace=namespace, operation_key=operation_key, include_executions=include_executions
+    )
+    return Call("Lookup", request, timeout)
+
+
+def renew(
+    namespace: str,
+    operation_key: str,
+    *,
+    owner: str,
+    fencing_token: int,
+    lease_ttl: Seconds | None = None,
+    timeout: float | None = None,
+) -> Call[pb.RenewResponse]:
+    """Extends the lease of the current holder (``owner``, ``fencing_token``)."""
+    request = pb.RenewRequest(
+        namespace=namespace, operation_key=operation_key, owner=owner, fencing_token=fencing_token
+    )
+    if lease_ttl is not None:
+        request.lease_ttl.CopyFrom(to_duration(lease_ttl))
+    return Call("Renew", request, timeout)
+
+
+def fenced_write(
+    namespace: str,
+    resource: str,
+    *,
+    operation_key: str,
+    fencing_token: int,
+    value: bytes,
+    timeout: float | None = None,
+) -> Call[pb.FencedWriteResponse]:
+    """Writes a protected resource, refusing superseded fencing tokens."""
+    request = pb.FencedWriteRequest(
+        namespace=namespace,
+        resource=resource,
+        operation_key=operation_key,
+        fencing_token=fencing_token,
+        value=bytes(value),
+    )
+    return Call("FencedWrite", request, timeout)
+
+
+def get_resource(namespace: str, resource: str, *, timeout: float | None = None) -> Call[pb.GetResourceResponse]:
+    """Reads a protected resource."""
+    request = pb.GetResourceRequest(namespace=namespace, resource=resource)
+    return Call("GetResource", request, timeout)
