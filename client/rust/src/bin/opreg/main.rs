@@ -17,7 +17,7 @@ use render::Output;
 /// result. An operation is named by a namespace and a stable business key
 /// (e.g. settlement:A:W:V); each execution holds a lease with a fencing token.
 ///
-/// Exit codes: 0 success, 1 other error, 2 usage, 3 not found, 4 conflict
+/// Exit codes: 0 success, 1 other error, 2 invalid usage or input, 3 not found, 4 conflict
 /// (different parameters, a different outcome already recorded, or a refused
 /// compensation), 5 stale fencing token or lease held by another owner,
 /// 6 unavailable (server or database; retry later).
@@ -119,6 +119,7 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct ClaimArgs {
+    /// The operation's stable business key, e.g. settlement:A:W:V.
     key: String,
     /// Names this process; a live holder that claims again resumes its lease.
     #[arg(long)]
