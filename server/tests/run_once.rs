@@ -143,55 +143,164 @@ async fn a_crashed_holder_is_taken_over_after_its_lease_expires() {
     );
 }
 
+/// Sets a flag when dropped before it is disarmed: proves a future was cancelled.
+struct DropFlag(Arc<AtomicUsize>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 #[tokio::test]
 async fn a_lease_lost_mid_work_stops_the_work_and_sends_no_complete() {
+    const LOST: &str = "helper-lost";
     let app = spawn_app().await;
     let client = client(&app).await;
     let seen: Arc<Mutex<Option<LeaseHandle>>> = Arc::default();
-    let kept = seen.clone();
-    // Renewals slower than the TTL let the lease expire while the work runs.
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let (kept, flag) = (seen.clone(), dropped.clone());
     let run = tokio::spawn(
-        RunOnce::new(&client, NS, "slow", json!({}))
-            .lease_ttl(Duration::from_secs(1))
-            .renew_every(Duration::from_millis(2_000))
+        RunOnce::new(&client, LOST, "slow", json!({}))
+            .renew_every(Duration::from_millis(300))
             .run(move |lease| {
                 *kept.lock().unwrap() = Some(lease.clone());
+                let guard = DropFlag(flag.clone());
                 async move {
                     tokio::time::sleep(Duration::from_secs(30)).await;
+                    std::mem::forget(guard);
                     Ok(Success::new(b"late".to_vec()))
                 }
             }),
     );
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    // Another execution takes over while the work runs: the next renew is refused.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    app.expire_lease(LOST, "slow").await;
     let taken = claim(
         &mut app.client.clone(),
-        claim_request(NS, "slow", "new-holder", json!({})),
+        claim_request(LOST, "slow", "new-holder", json!({})),
     )
     .await;
     assert!(taken.lease.as_ref().unwrap().takeover);
 
-    let outcome = tokio::time::timeout(Duration::from_secs(10), run)
+    let outcome = tokio::time::timeout(Duration::from_secs(5), run)
         .await
         .unwrap()
         .unwrap();
     assert!(matches!(outcome, Err(RunError::LeaseLost)), "{outcome:?}");
+    assert_eq!(dropped.load(Ordering::SeqCst), 1, "the work was stopped");
     let handle = seen.lock().unwrap().clone().unwrap();
     assert!(handle.is_lost(), "the work was told to stop");
-    // Its token is refused if it ever tries to complete.
+    let before = scrape(app.metrics_addr).await;
+    assert_eq!(
+        before.value(
+            "opreg_stale_token_rejections_total",
+            &[("namespace", LOST), ("rpc", "Complete")]
+        ),
+        0.0,
+        "the helper never tried to complete"
+    );
+    // A Complete with its token would be refused anyway.
     let late = app
         .client
         .clone()
         .complete(complete_request(
-            NS,
+            LOST,
             "slow",
             handle.fencing_token(),
             success(b"late"),
         ))
         .await;
     assert_error(late, tonic::Code::Aborted, "STALE_FENCING_TOKEN");
-    let found = history(&client, "slow").await;
+    let found = client
+        .lookup(pb::LookupRequest {
+            namespace: LOST.into(),
+            operation_key: "slow".into(),
+            include_executions: true,
+        })
+        .await
+        .unwrap();
     assert_eq!(found.operation.unwrap().lease.unwrap().owner, "new-holder");
     assert_eq!(found.executions[0].outcome(), ExecutionOutcome::Superseded);
+}
+
+#[tokio::test]
+async fn renewals_keep_a_short_lease_while_long_work_runs() {
+    let app = spawn_app().await;
+    let client = client(&app).await;
+    let run = tokio::spawn(
+        RunOnce::new(&client, NS, "long", json!({}))
+            .lease_ttl(Duration::from_secs(1))
+            .run(|_lease| async {
+                tokio::time::sleep(Duration::from_millis(2_500)).await;
+                Ok(Success::new(b"long work".to_vec()))
+            }),
+    );
+    tokio::time::sleep(Duration::from_millis(1_800)).await;
+    let other = claim(
+        &mut app.client.clone(),
+        claim_request(NS, "long", "other", json!({})),
+    )
+    .await;
+    assert_eq!(
+        outcome(&other),
+        pb::ClaimOutcome::InProgress,
+        "renewed past its 1 s TTL"
+    );
+    let done = run.await.unwrap().unwrap();
+    assert_eq!(done.result, b"long work");
+    assert_eq!(history(&client, "long").await.executions.len(), 1);
+}
+
+#[tokio::test]
+async fn dropping_a_run_stops_its_renewals_and_tells_the_work() {
+    let app = spawn_app().await;
+    let client = client(&app).await;
+    let seen: Arc<Mutex<Option<LeaseHandle>>> = Arc::default();
+    let kept = seen.clone();
+    let run = tokio::spawn(
+        RunOnce::new(&client, NS, "dropped", json!({}))
+            .lease_ttl(Duration::from_secs(1))
+            .run(move |lease| {
+                *kept.lock().unwrap() = Some(lease);
+                async {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    Ok(Success::default())
+                }
+            }),
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    run.abort();
+    let _ = run.await;
+    assert!(seen.lock().unwrap().as_ref().unwrap().is_lost());
+    // With no renewals the 1 s lease lapses and another execution takes over.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let taken = claim(
+        &mut app.client.clone(),
+        claim_request(NS, "dropped", "other", json!({})),
+    )
+    .await;
+    assert!(taken.lease.unwrap().takeover);
+}
+
+#[tokio::test]
+async fn work_that_outlasts_the_deadline_is_still_recorded() {
+    let app = spawn_app().await;
+    let client = client(&app).await;
+    let done = RunOnce::new(&client, NS, "slow-but-done", json!({}))
+        .deadline(Duration::from_millis(300))
+        .run(|_lease| async {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            Ok(Success::new(b"finished late".to_vec()))
+        })
+        .await
+        .unwrap();
+    assert_eq!(done.result, b"finished late");
+    let found = history(&client, "slow-but-done").await;
+    assert_eq!(
+        found.operation.unwrap().status(),
+        OperationStatus::Succeeded
+    );
 }
 
 #[tokio::test]
@@ -344,5 +453,63 @@ async fn the_overall_deadline_bounds_transport_retries_and_waits() {
         started.elapsed() < Duration::from_millis(1_500),
         "{:?}",
         started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_reconcile_that_finds_a_refusal_records_a_business_failure() {
+    let app = spawn_app().await;
+    let client = client(&app).await;
+    let unsent = |_lease| async {
+        Err(WorkError::SentButUnconfirmed {
+            remote_ref: "psp-9".into(),
+            message: String::new(),
+        })
+    };
+    let _ = RunOnce::new(&client, NS, "declined", json!({}))
+        .run(unsent)
+        .await;
+    let outcome = RunOnce::new(&client, NS, "declined", json!({}))
+        .reconcile(|_lease, _remote_ref| async {
+            Verdict::Failed {
+                code: "DECLINED".into(),
+                message: "the PSP refused it".into(),
+            }
+        })
+        .run(|_lease| async { panic!("must not execute") })
+        .await;
+    assert!(
+        matches!(&outcome, Err(RunError::Business { code, replayed: false, .. }) if code == "DECLINED"),
+        "{outcome:?}"
+    );
+    let found = history(&client, "declined").await;
+    assert_eq!(found.operation.unwrap().status(), OperationStatus::Failed);
+}
+
+#[tokio::test]
+async fn without_a_reconcile_the_unknown_outcome_is_handed_back_not_held() {
+    let app = spawn_app().await;
+    let client = client(&app).await;
+    let unsent = |_lease| async {
+        Err(WorkError::SentButUnconfirmed {
+            remote_ref: "psp-5".into(),
+            message: String::new(),
+        })
+    };
+    let _ = RunOnce::new(&client, NS, "unknown", json!({}))
+        .run(unsent)
+        .await;
+    let outcome = RunOnce::new(&client, NS, "unknown", json!({}))
+        .run(|_lease| async { panic!("must not execute") })
+        .await;
+    assert!(
+        matches!(&outcome, Err(RunError::ReconcileRequired { remote_ref }) if remote_ref == "psp-5"),
+        "{outcome:?}"
+    );
+    let operation = history(&client, "unknown").await.operation.unwrap();
+    assert_eq!(operation.status(), OperationStatus::Unknown);
+    assert!(
+        operation.lease.is_none(),
+        "nobody sits on the reconcile lease"
     );
 }

@@ -22,7 +22,9 @@ pub fn spread(wait: Duration) -> Duration {
 
 /// Sleeps `wait`, unless that would pass `deadline`; false then.
 pub async fn sleep_within(wait: Duration, deadline: Instant) -> bool {
-    let until = Instant::now() + wait;
+    let Some(until) = Instant::now().checked_add(wait) else {
+        return false;
+    };
     if until > deadline {
         return false;
     }

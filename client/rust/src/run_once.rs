@@ -4,17 +4,21 @@
 //! 1. Claim. REPLAYED returns the stored result (or the stored business
 //!    failure), marked as a replay; IN_PROGRESS and RETRY_LATER wait and claim
 //!    again; DEAD is an error; RECONCILE asks the caller's `reconcile` first.
-//! 2. While the work runs, the lease is renewed every third of its TTL. A renew
-//!    refused for a stale token or another owner cancels the work (its future
-//!    is dropped) and no Complete is sent.
+//! 2. While the work (or `reconcile`) runs, the lease is renewed every third of
+//!    its TTL, transient failures retried with jitter. A renew refused for a
+//!    stale token or another owner, or a lease that could not be renewed before
+//!    it would expire, cancels the work (its future is dropped) and no Complete
+//!    is sent.
 //! 3. The work's result becomes the Complete: success, business failure,
 //!    retryable (then claimed again), or unknown.
 //! 4. UNAVAILABLE and deadline errors are retried with exponential backoff and
-//!    full jitter inside one overall deadline; nothing else is. A Complete whose
-//!    answer was lost is sent again with the same token; in doubt, Lookup.
+//!    full jitter inside one overall deadline; nothing else is. Finished work is
+//!    always reported: Complete gets time of its own past the deadline, is sent
+//!    again with the same token when its answer is lost, and in doubt Lookup
+//!    tells whether it was recorded.
 //!
-//! Cancellation-safe: dropping the future stops the renewals, and the lease
-//! simply expires.
+//! Cancellation-safe: dropping the future stops the renewals, every
+//! [`LeaseHandle`] reports the lease lost, and the lease simply expires.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -108,6 +112,10 @@ pub enum RunError {
     ReconcileRequired { remote_ref: String },
     #[error("the overall deadline passed")]
     DeadlineExceeded,
+    /// The work finished but its report could not be recorded, nor found
+    /// recorded: the lease will lapse and the operation may run again.
+    #[error("the work finished but its outcome could not be recorded ({reason})")]
+    Unrecorded { reason: String },
     #[error("the work failed: {0}")]
     Work(Box<dyn std::error::Error + Send + Sync>),
     #[error(transparent)]
@@ -263,7 +271,7 @@ impl RunOnce {
         W: FnMut(LeaseHandle) -> Fut,
         Fut: Future<Output = Result<Success, WorkError>>,
     {
-        let deadline = Instant::now() + self.deadline;
+        let deadline = after(self.deadline);
         loop {
             let request = self.request.clone();
             let claimed = self
@@ -273,7 +281,6 @@ impl RunOnce {
                 })
                 .await?;
             let operation = claimed.operation.clone().unwrap_or_default();
-            let lease = claimed.lease.clone();
             let next = match claimed.outcome() {
                 ClaimOutcome::Replayed => return replayed(operation),
                 ClaimOutcome::Dead => return Err(RunError::Dead),
@@ -286,34 +293,14 @@ impl RunOnce {
                     }
                     continue;
                 }
-                ClaimOutcome::Reconcile => {
-                    let lease = lease.ok_or_else(|| missing("lease"))?;
-                    let Some(reconcile) = self.reconcile.as_mut() else {
-                        return Err(RunError::ReconcileRequired {
-                            remote_ref: operation.remote_ref,
-                        });
-                    };
-                    let outcome = match reconcile(lease.clone(), operation.remote_ref.clone()).await
-                    {
-                        Verdict::Succeeded(success) => Outcome::Success(pb::Success {
-                            result: success.result,
-                            result_ref: success.result_ref,
-                        }),
-                        Verdict::Failed { code, message } => {
-                            Outcome::Failure(pb::Failure { code, message })
-                        }
-                        Verdict::NotApplied => {
-                            match self.execute(lease, &mut work, deadline).await? {
-                                Next::Done(completed) => return Ok(*completed),
-                                Next::ClaimAgain => continue,
-                            }
-                        }
-                    };
-                    return recorded(self.complete(&lease, outcome, deadline).await?);
-                }
                 ClaimOutcome::Acquired => {
-                    let lease = lease.ok_or_else(|| missing("lease"))?;
-                    self.execute(lease, &mut work, deadline).await?
+                    let held = self.hold(claimed.lease.ok_or_else(|| missing("lease"))?);
+                    self.work_under(held, &mut work, deadline).await?
+                }
+                ClaimOutcome::Reconcile => {
+                    let held = self.hold(claimed.lease.ok_or_else(|| missing("lease"))?);
+                    self.reconcile_under(held, operation.remote_ref, &mut work, deadline)
+                        .await?
                 }
                 ClaimOutcome::Unspecified => return Err(missing("claim outcome")),
             };
@@ -324,10 +311,32 @@ impl RunOnce {
         }
     }
 
-    /// Runs the work under `lease` with renewals, then records what it returned.
-    async fn execute<W, Fut>(
-        &self,
-        lease: pb::Lease,
+    /// Starts renewing `lease` until the returned guard is dropped.
+    fn hold(&self, lease: pb::Lease) -> Held {
+        let lost = CancellationToken::new();
+        let ended = lost.child_token();
+        let renewals = tokio::spawn(renew_until_lost(
+            self.client.clone(),
+            self.renew_request(&lease),
+            self.ttl(),
+            self.renew_interval(),
+            self.call_timeout,
+            lost.clone(),
+        ));
+        Held {
+            lease,
+            lost,
+            ended,
+            renewals,
+        }
+    }
+
+    /// Asks `reconcile` what happened to the unknown attempt, under the
+    /// reconcile lease; then records the verdict, or executes if nothing happened.
+    async fn reconcile_under<W, Fut>(
+        &mut self,
+        held: Held,
+        remote_ref: String,
         work: &mut W,
         deadline: Instant,
     ) -> Result<Next, RunError>
@@ -335,25 +344,42 @@ impl RunOnce {
         W: FnMut(LeaseHandle) -> Fut,
         Fut: Future<Output = Result<Success, WorkError>>,
     {
-        let lost = CancellationToken::new();
-        let renewals = AbortOnDrop(tokio::spawn(renew_until_lost(
-            self.client.clone(),
-            self.renew_request(&lease),
-            self.renew_interval(),
-            lost.clone(),
-        )));
-        let handle = LeaseHandle {
-            lease: lease.clone(),
-            lost: lost.clone(),
+        let Some(mut reconcile) = self.reconcile.take() else {
+            // Hand the unknown outcome back rather than sit on the lease until it lapses.
+            let still_unknown = Outcome::Unknown(pb::UnknownOutcome {
+                remote_ref: remote_ref.clone(),
+                message: "not reconciled: the caller gave no reconcile".into(),
+            });
+            self.record(&held, still_unknown, deadline).await?;
+            return Err(RunError::ReconcileRequired { remote_ref });
         };
-        let result = tokio::select! {
-            result = work(handle) => result,
-            () = lost.cancelled() => return Err(RunError::LeaseLost),
+        let verdict = held.guard(reconcile(held.lease.clone(), remote_ref)).await;
+        self.reconcile = Some(reconcile);
+        let outcome = match verdict? {
+            Verdict::Succeeded(success) => Outcome::Success(pb::Success {
+                result: success.result,
+                result_ref: success.result_ref,
+            }),
+            Verdict::Failed { code, message } => Outcome::Failure(pb::Failure { code, message }),
+            Verdict::NotApplied => return self.work_under(held, work, deadline).await,
         };
-        drop(renewals);
-        if lost.is_cancelled() {
-            return Err(RunError::LeaseLost);
-        }
+        let operation = self.record(&held, outcome, deadline).await?;
+        recorded(operation).map(|completed| Next::Done(Box::new(completed)))
+    }
+
+    /// Runs the work under a held lease, then records what it returned. The
+    /// work is dropped as soon as the lease is lost, and nothing is recorded then.
+    async fn work_under<W, Fut>(
+        &self,
+        held: Held,
+        work: &mut W,
+        deadline: Instant,
+    ) -> Result<Next, RunError>
+    where
+        W: FnMut(LeaseHandle) -> Fut,
+        Fut: Future<Output = Result<Success, WorkError>>,
+    {
+        let result = held.guard(work(held.handle())).await?;
         let (outcome, failure) = match result {
             Ok(success) => (
                 Outcome::Success(pb::Success {
@@ -395,54 +421,79 @@ impl RunOnce {
                 Some(error),
             ),
         };
-        let operation = self.complete(&lease, outcome, deadline).await?;
+        let retryable = matches!(outcome, Outcome::Retryable(_));
+        let operation = self.record(&held, outcome, deadline).await?;
+        drop(held);
         if let Some(error) = failure {
             return Err(RunError::Work(error));
         }
         match operation.status() {
-            OperationStatus::RetryScheduled => Ok(Next::ClaimAgain),
+            OperationStatus::Dead => Err(RunError::Dead),
+            _ if retryable => Ok(Next::ClaimAgain),
             _ => recorded(operation).map(|completed| Next::Done(Box::new(completed))),
         }
     }
 
-    /// Completes with retries under the same token; in doubt after the
-    /// deadline, Lookup tells whether the report was recorded.
-    async fn complete(
+    /// Completes with the held token, renewing meanwhile, retrying transport
+    /// errors. Finished work is not dropped unrecorded because the overall
+    /// deadline passed while it ran: Complete always gets time of its own. In
+    /// doubt, Lookup tells whether the report was recorded.
+    async fn record(
         &self,
-        lease: &pb::Lease,
+        held: &Held,
         outcome: Outcome,
         deadline: Instant,
     ) -> Result<pb::Operation, RunError> {
         let request = pb::CompleteRequest {
             namespace: self.request.namespace.clone(),
             operation_key: self.request.operation_key.clone(),
-            fencing_token: lease.fencing_token,
+            fencing_token: held.lease.fencing_token,
             outcome: Some(outcome),
         };
+        let until = deadline.max(after(self.call_timeout * COMPLETE_ATTEMPTS));
         let completed = self
-            .retrying(deadline, |client| {
+            .retrying(until, |client| {
                 let request = request.clone();
                 async move { client.complete(request).await }
             })
             .await;
         match completed {
             Ok(response) => Ok(response.operation.unwrap_or_default()),
+            // Only a token without a recorded report is ever called stale.
             Err(RunError::Rpc(Error::StaleFencingToken { .. })) => Err(RunError::LeaseLost),
-            Err(RunError::DeadlineExceeded) => self.recorded_in_doubt(lease.fencing_token).await,
-            Err(error) => Err(error),
+            Err(RunError::Rpc(
+                error @ (Error::AlreadyCompleted
+                | Error::InvalidArgument { .. }
+                | Error::NotFound { .. }
+                | Error::LeaseNotHeld
+                | Error::ParameterConflict { .. }
+                | Error::Compensation { .. }),
+            )) => Err(RunError::Rpc(error)),
+            Err(doubt) => {
+                self.recorded_in_doubt(held.lease.fencing_token, doubt)
+                    .await
+            }
         }
     }
 
-    async fn recorded_in_doubt(&self, token: u64) -> Result<pb::Operation, RunError> {
+    /// The operation, if the execution of `token` has its report recorded.
+    async fn recorded_in_doubt(
+        &self,
+        token: u64,
+        doubt: RunError,
+    ) -> Result<pb::Operation, RunError> {
         let lookup = pb::LookupRequest {
             namespace: self.request.namespace.clone(),
             operation_key: self.request.operation_key.clone(),
             include_executions: true,
         };
+        let unrecorded = || RunError::Unrecorded {
+            reason: doubt.to_string(),
+        };
         let Ok(Ok(found)) =
             tokio::time::timeout(self.call_timeout, self.client.lookup(lookup)).await
         else {
-            return Err(RunError::DeadlineExceeded);
+            return Err(unrecorded());
         };
         let reported = found.executions.iter().any(|e| {
             e.fencing_token == token
@@ -453,7 +504,7 @@ impl RunOnce {
         });
         match (reported, found.operation) {
             (true, Some(operation)) => Ok(operation),
-            _ => Err(RunError::DeadlineExceeded),
+            _ => Err(unrecorded()),
         }
     }
 
@@ -492,46 +543,113 @@ impl RunOnce {
         }
     }
 
-    fn renew_interval(&self) -> Duration {
-        let ttl = self
-            .request
+    fn ttl(&self) -> Duration {
+        self.request
             .lease_ttl
-            .map_or(Duration::from_secs(30), std_duration);
+            .map_or(Duration::from_secs(30), std_duration)
+    }
+
+    fn renew_interval(&self) -> Duration {
         self.renew_every
-            .unwrap_or(ttl / 3)
+            .unwrap_or(self.ttl() / 3)
             .max(Duration::from_millis(10))
     }
 }
 
-/// Renews every `every` until a renew is refused for good; transient failures
-/// wait for the next tick (the token, not the clock, is the authority).
-async fn renew_until_lost(
-    client: Client,
-    request: pb::RenewRequest,
-    every: Duration,
+/// How many call timeouts Complete may still use once the overall deadline passed.
+const COMPLETE_ATTEMPTS: u32 = 3;
+
+/// A lease this run holds: renewed in the background until dropped.
+struct Held {
+    lease: pb::Lease,
+    /// Cancelled by the renewals when the lease is lost.
     lost: CancellationToken,
-) {
-    let mut ticker = tokio::time::interval_at(Instant::now() + every, every);
-    loop {
-        ticker.tick().await;
-        // Anything but a refusal for good is transient trouble: the next tick tries again.
-        if let Ok(Err(
-            Error::StaleFencingToken { .. } | Error::LeaseNotHeld | Error::NotFound { .. },
-        )) = tokio::time::timeout(every, client.renew(request.clone())).await
-        {
-            lost.cancel();
-            return;
+    /// What the work sees: cancelled when the lease is lost or this guard is
+    /// dropped (the run finished, failed or was itself dropped).
+    ended: CancellationToken,
+    renewals: tokio::task::JoinHandle<()>,
+}
+
+impl Held {
+    fn handle(&self) -> LeaseHandle {
+        LeaseHandle {
+            lease: self.lease.clone(),
+            lost: self.ended.clone(),
+        }
+    }
+
+    /// Runs `future` unless the lease is lost first; then it is dropped.
+    async fn guard<F: Future>(&self, future: F) -> Result<F::Output, RunError> {
+        tokio::select! {
+            output = future => {
+                if self.lost.is_cancelled() {
+                    return Err(RunError::LeaseLost);
+                }
+                Ok(output)
+            }
+            () = self.lost.cancelled() => Err(RunError::LeaseLost),
         }
     }
 }
 
-/// Aborts a background task when dropped, so dropping `run` stops renewals.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
+impl Drop for Held {
     fn drop(&mut self) {
-        self.0.abort();
+        self.renewals.abort();
+        self.ended.cancel();
     }
+}
+
+/// Renews every `every` while the lease lasts. A refusal (stale token, another
+/// owner) loses it at once; transient failures are retried with full jitter,
+/// and a lease that could not be renewed before it would expire is lost too:
+/// another execution may hold it by then.
+async fn renew_until_lost(
+    client: Client,
+    request: pb::RenewRequest,
+    ttl: Duration,
+    every: Duration,
+    call_timeout: Duration,
+    lost: CancellationToken,
+) {
+    // Measured on this host's clock, with a margin for the time the grant took.
+    let mut valid_until = after(ttl - ttl / 10);
+    loop {
+        tokio::time::sleep_until(after(every).min(valid_until)).await;
+        let mut attempt = 0;
+        loop {
+            let left = valid_until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                lost.cancel();
+                return;
+            }
+            let sent = Instant::now();
+            match tokio::time::timeout(left.min(call_timeout), client.renew(request.clone())).await
+            {
+                Ok(Ok(_)) => {
+                    valid_until = sent.checked_add(ttl - ttl / 10).unwrap_or(valid_until);
+                    break;
+                }
+                Ok(Err(
+                    Error::StaleFencingToken { .. } | Error::LeaseNotHeld | Error::NotFound { .. },
+                )) => {
+                    lost.cancel();
+                    return;
+                }
+                Ok(Err(_)) | Err(_) => {
+                    let left = valid_until.saturating_duration_since(Instant::now());
+                    tokio::time::sleep(full_jitter(attempt).min(left)).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+}
+
+/// `now + duration`, saturating far in the future instead of overflowing.
+fn after(duration: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(duration)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3_600))
 }
 
 fn replayed(operation: pb::Operation) -> Result<Completed, RunError> {
