@@ -158,6 +158,29 @@ export class LeaseLostError extends OpregError {
   }
 }
 
+/**
+ * The work finished (or reconcile decided) but its report could not be recorded
+ * with Complete, nor found recorded by a Lookup of the execution holding
+ * `fencingToken`: the lease will lapse and the operation may run again.
+ * `cause` is the last Complete error; `report` says what was to be recorded.
+ */
+export class OutcomeNotRecordedError extends OpregError {
+  readonly fencingToken: bigint;
+  readonly report: "success" | "failure" | "retryable" | "unknown";
+
+  constructor(fencingToken: bigint, report: OutcomeNotRecordedError["report"], cause: unknown) {
+    const why = cause instanceof Error ? cause.message : String(cause);
+    super({
+      message: `the work finished but its outcome (${report}) was not recorded for fencing token ${fencingToken}: ${why}`,
+      code: GrpcStatus.UNKNOWN,
+      reason: "OUTCOME_NOT_RECORDED",
+      cause,
+    });
+    this.fencingToken = fencingToken;
+    this.report = report;
+  }
+}
+
 /** The Claim answered DEAD: the retry budget is exhausted; a human decides. */
 export class OperationDeadError extends OpregError {
   readonly operation: Operation | undefined;

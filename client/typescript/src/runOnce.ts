@@ -7,9 +7,12 @@
 //    DEAD: OperationDeadError. RECONCILE: options.reconcile(lease, remoteRef)
 //    first; it says succeeded / failed / notApplied (then the work runs).
 // 2. While the work runs, the lease is renewed in the background (every
-//    renewEveryMs, default a third of the TTL). A renewal refused with
-//    STALE_FENCING_TOKEN or LEASE_NOT_HELD aborts the signal given to the work,
-//    and nothing is reported afterwards: runOnce throws LeaseLostError.
+//    renewEveryMs, default a third of the TTL); so is options.reconcile. A
+//    renewal refused with STALE_FENCING_TOKEN or LEASE_NOT_HELD, or one that
+//    could not succeed before the lease would expire (this host's monotonic
+//    clock, less a tenth of the TTL), aborts the signal given to the work, and
+//    nothing is reported afterwards: runOnce throws LeaseLostError. Transient
+//    renewal failures are retried with full jitter.
 // 3. The work's result is reported with Complete: a value is a success; a
 //    BusinessError a failure; a TransientError a retryable error; a
 //    SentButUnconfirmedError an unknown outcome; anything else a retryable error
@@ -18,8 +21,14 @@
 //    retried with exponential backoff and full jitter inside the overall deadline;
 //    nothing else is. A Complete whose answer was lost is repeated with the same
 //    token and report (the server answers a repeated report as before).
+// 5. Complete gets time of its own (COMPLETE_CALL_TIMEOUTS call timeouts, or the
+//    rest of the overall deadline if longer), and the lease is renewed while it
+//    is retried. In doubt (anything but a definitive refusal), a Lookup decides
+//    from the execution record of our token; if the report is not recorded
+//    there, OutcomeNotRecordedError.
 import { hostname } from "node:os";
 import { randomUUID } from "node:crypto";
+import { performance } from "node:perf_hooks";
 
 import { status as GrpcStatus } from "@grpc/grpc-js";
 
@@ -27,12 +36,18 @@ import type { CallOptions, OpregClient } from "./client";
 import { effectiveDeadline } from "./client";
 import type { JsonObject } from "./digest";
 import {
+  AlreadyCompletedError,
   BusinessError,
+  CompensationError,
   DeadlineExceededError,
+  InvalidArgumentError,
   LeaseLostError,
   LeaseNotHeldError,
+  NotFoundError,
   OperationDeadError,
   OpregError,
+  OutcomeNotRecordedError,
+  ParameterConflictError,
   ReconcileRequiredError,
   SentButUnconfirmedError,
   StaleFencingTokenError,
@@ -40,6 +55,7 @@ import {
 } from "./errors";
 import {
   ClaimOutcome,
+  ExecutionOutcome,
   OperationStatus,
   type CompleteRequest,
   type DeepPartial,
@@ -144,6 +160,13 @@ const DEFAULT_TIMEOUT_MS = 120_000;
 const DEFAULT_CALL_TIMEOUT_MS = 10_000;
 const DEFAULT_BACKOFF_INITIAL_MS = 100;
 const DEFAULT_BACKOFF_MAX_MS = 5_000;
+/** How many call timeouts Complete may use once the work is done, even past the overall deadline. */
+const COMPLETE_CALL_TIMEOUTS = 3;
+
+/** How long a lease granted (or renewed) at a moment is trusted: the TTL less a tenth for the grant's own delay. */
+function trustedMs(leaseTtlMs: number): number {
+  return leaseTtlMs - leaseTtlMs / 10;
+}
 
 interface RetryContext {
   /** No attempt starts after it (epoch ms). */
@@ -215,13 +238,19 @@ export async function withRetries<T>(
   }
 }
 
-/** Renews a lease in the background; on refusal records the loss and aborts the work's signal. */
+/**
+ * Renews a lease in the background; on refusal, or when no renewal succeeded
+ * before the lease would expire, records the loss and aborts the work's signal.
+ */
 class LeaseKeeper {
   lost: unknown = undefined;
   private timer: NodeJS.Timeout | undefined;
   private inflight: Promise<void> = Promise.resolve();
   private stopped = false;
   private failures = 0;
+  private lastFailure: unknown = undefined;
+  /** performance.now() after which the lease can no longer be trusted. */
+  private validUntil: number;
 
   constructor(
     private readonly client: OpregClient,
@@ -229,7 +258,11 @@ class LeaseKeeper {
     private readonly everyMs: number,
     private readonly ctx: RetryContext,
     private readonly controller: AbortController,
-  ) {}
+    /** performance.now() when the Claim that granted the lease was sent. */
+    grantedAt: number,
+  ) {
+    this.validUntil = grantedAt + trustedMs(request.leaseTtlMs);
+  }
 
   start(): void {
     this.schedule(this.everyMs);
@@ -242,33 +275,68 @@ class LeaseKeeper {
     await this.inflight;
   }
 
+  /** Renews in `ms`; if that would be too late, the lease is lost when it can no longer be trusted. */
   private schedule(ms: number): void {
     if (this.stopped) return;
+    const left = this.validUntil - performance.now();
+    if (ms >= left) {
+      this.timer = setTimeout(() => this.expire(), Math.max(0, left));
+      return;
+    }
     this.timer = setTimeout(() => {
       this.inflight = this.renew();
     }, ms);
   }
 
+  private expire(): void {
+    if (this.stopped) return;
+    this.lose(
+      new DeadlineExceededError({
+        message: `lease with fencing token ${this.request.fencingToken} could not be renewed before it would expire (${this.failures} failed renewals)`,
+        code: GrpcStatus.DEADLINE_EXCEEDED,
+        cause: this.lastFailure,
+      }),
+    );
+  }
+
+  private lose(error: unknown): void {
+    this.lost = error;
+    this.stopped = true;
+    clearTimeout(this.timer);
+    this.controller.abort(new LeaseLostError(this.request.fencingToken, error));
+  }
+
   private async renew(): Promise<void> {
+    if (this.stopped) return;
     const { namespace, operationKey, owner, fencingToken, leaseTtlMs } = this.request;
+    const left = this.validUntil - performance.now();
+    if (left <= 0) {
+      this.expire();
+      return;
+    }
+    const sent = performance.now();
     try {
       await this.client.renew(
         { namespace, operationKey, owner, fencingToken, leaseTtl: durationFromMillis(leaseTtlMs) },
-        { timeoutMs: Math.min(this.ctx.callTimeoutMs, Math.max(this.everyMs, 1000)) },
+        { timeoutMs: Math.max(1, Math.min(this.ctx.callTimeoutMs, left)) },
       );
+      this.validUntil = Math.max(this.validUntil, sent + trustedMs(leaseTtlMs));
       this.failures = 0;
+      this.lastFailure = undefined;
       this.schedule(this.everyMs);
     } catch (error) {
       if (isTransient(error)) {
+        // Retried with full jitter (not at the next tick), but never past the
+        // moment the lease can no longer be trusted.
         this.failures++;
+        this.lastFailure = error;
         this.schedule(Math.min(this.everyMs, backoffMs(this.ctx, this.failures)));
         return;
       }
       // STALE_FENCING_TOKEN / LEASE_NOT_HELD (or anything else that is not
       // transient): the lease cannot be confirmed; never report under it.
-      this.lost = error;
-      this.stopped = true;
-      this.controller.abort(new LeaseLostError(fencingToken, error));
+      if (this.stopped) return;
+      this.lose(error);
     }
   }
 }
@@ -327,7 +395,15 @@ export async function runOnce(
 
   for (;;) {
     if (signal?.aborted) throw abortReason(signal);
-    const response = await withRetries(`${what}: Claim`, (o) => client.claim(claimRequest, o), ctx);
+    let claimSentAt = performance.now();
+    const response = await withRetries(
+      `${what}: Claim`,
+      (o) => {
+        claimSentAt = performance.now();
+        return client.claim(claimRequest, o);
+      },
+      ctx,
+    );
     const operation = response.operation;
     switch (response.outcome) {
       case ClaimOutcome.CLAIM_OUTCOME_REPLAYED:
@@ -358,14 +434,14 @@ export async function runOnce(
         }
         const remoteRef =
           response.outcome === ClaimOutcome.CLAIM_OUTCOME_RECONCILE ? (operation?.remoteRef ?? "") : undefined;
-        return execute(lease, remoteRef);
+        return execute(lease, remoteRef, claimSentAt);
       }
       default:
         throw new OpregError({ message: `${what}: unexpected claim outcome ${response.outcome}`, code: GrpcStatus.UNKNOWN });
     }
   }
 
-  async function execute(lease: Lease, remoteRef: string | undefined): Promise<RunOnceResult> {
+  async function execute(lease: Lease, remoteRef: string | undefined, grantedAt: number): Promise<RunOnceResult> {
     const controller = new AbortController();
     const forward = () => controller.abort(abortReason(signal as AbortSignal));
     if (signal?.aborted) forward();
@@ -376,6 +452,7 @@ export async function runOnce(
       renewEveryMs,
       ctx,
       controller,
+      grantedAt,
     );
     keeper.start();
 
@@ -431,31 +508,84 @@ export async function runOnce(
         };
       }
     } finally {
-      await keeper.stop();
       signal?.removeEventListener("abort", forward);
     }
 
-    // A lost lease: whatever the work did, nothing is reported under it.
-    if (keeper.lost !== undefined) throw new LeaseLostError(lease.fencingToken, keeper.lost);
-
-    let completed;
+    let operation: Operation | undefined;
     try {
-      // Reported even if the caller's signal aborted meanwhile; at least one attempt
-      // of a full call timeout even if the overall deadline has passed.
-      completed = await withRetries(
-        `${what}: Complete`,
-        (o) => client.complete({ namespace, operationKey, fencingToken: lease.fencingToken, ...report }, o),
-        { ...ctx, signal: undefined, deadlineAt: Math.max(ctx.deadlineAt, Date.now() + ctx.callTimeoutMs) },
-      );
-    } catch (error) {
-      if (error instanceof StaleFencingTokenError || error instanceof LeaseNotHeldError) {
-        throw new LeaseLostError(lease.fencingToken, error);
-      }
-      throw error;
+      // A lost lease: whatever the work did, nothing is reported under it.
+      if (keeper.lost !== undefined) throw new LeaseLostError(lease.fencingToken, keeper.lost);
+      // The lease is still renewed while Complete is retried.
+      operation = await record(lease.fencingToken, report);
+    } finally {
+      await keeper.stop();
     }
     if (success !== undefined) {
-      return makeResult(success.result, success.resultRef, false, reconciled, completed.operation);
+      return makeResult(success.result, success.resultRef, false, reconciled, operation);
     }
     throw failure;
   }
+
+  /**
+   * Completes with `token`, retrying transport errors, with time of its own even
+   * if the overall deadline passed while the work ran (the caller's signal does
+   * not cancel it). In doubt, a Lookup says whether the report was recorded.
+   */
+  async function record(token: bigint, report: Report): Promise<Operation | undefined> {
+    let doubt: unknown;
+    try {
+      const completed = await withRetries(
+        `${what}: Complete`,
+        (o) => client.complete({ namespace, operationKey, fencingToken: token, ...report }, o),
+        {
+          ...ctx,
+          signal: undefined,
+          deadlineAt: Math.max(ctx.deadlineAt, Date.now() + COMPLETE_CALL_TIMEOUTS * ctx.callTimeoutMs),
+        },
+      );
+      return completed.operation;
+    } catch (error) {
+      if (error instanceof StaleFencingTokenError || error instanceof LeaseNotHeldError) {
+        throw new LeaseLostError(token, error);
+      }
+      if (
+        error instanceof AlreadyCompletedError ||
+        error instanceof InvalidArgumentError ||
+        error instanceof NotFoundError ||
+        error instanceof ParameterConflictError ||
+        error instanceof CompensationError
+      ) {
+        throw error;
+      }
+      doubt = error;
+    }
+    const kind = reportKind(report);
+    let found;
+    try {
+      found = await withRetries(
+        `${what}: Lookup`,
+        (o) => client.lookup({ namespace, operationKey, includeExecutions: true }, o),
+        { ...ctx, signal: undefined, deadlineAt: Date.now() + ctx.callTimeoutMs },
+      );
+    } catch {
+      throw new OutcomeNotRecordedError(token, kind, doubt);
+    }
+    const ours = found.executions.find((e) => e.fencingToken === token);
+    if (ours !== undefined && ours.outcome === RECORDED[kind]) return found.operation;
+    throw new OutcomeNotRecordedError(token, kind, doubt);
+  }
+}
+
+const RECORDED: Record<OutcomeNotRecordedError["report"], ExecutionOutcome> = {
+  success: ExecutionOutcome.EXECUTION_OUTCOME_SUCCEEDED,
+  failure: ExecutionOutcome.EXECUTION_OUTCOME_FAILED,
+  retryable: ExecutionOutcome.EXECUTION_OUTCOME_RETRYABLE,
+  unknown: ExecutionOutcome.EXECUTION_OUTCOME_UNKNOWN,
+};
+
+function reportKind(report: Report): OutcomeNotRecordedError["report"] {
+  if (report.success !== undefined) return "success";
+  if (report.failure !== undefined) return "failure";
+  if (report.unknown !== undefined) return "unknown";
+  return "retryable";
 }

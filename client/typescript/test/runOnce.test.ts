@@ -13,8 +13,10 @@ import {
   ExecutionOutcome,
   LeaseLostError,
   OperationDeadError,
+  InternalError,
   OperationStatus,
   OpregClient,
+  OutcomeNotRecordedError,
   ParameterConflictError,
   parametersDigest,
   ReconcileRequiredError,
@@ -94,6 +96,39 @@ function loseAnswers(method: string, count: number): Interceptor {
     });
 }
 
+/**
+ * A grpc-js interceptor that fails calls of `method` with `code` without sending
+ * them: every call while `failing()` says so.
+ */
+function failCalls(method: string, code: GrpcStatus, failing: () => boolean): Interceptor {
+  return (options, nextCall) => {
+    if (!options.method_definition.path.endsWith(`/${method}`) || !failing()) return new InterceptingCall(nextCall(options));
+    return new InterceptingCall(nextCall(options), {
+      start(_metadata, listener) {
+        setImmediate(() => listener.onReceiveStatus({ code, details: `injected: ${method} failed`, metadata: new Metadata() }));
+      },
+      sendMessage() {},
+      halfClose() {},
+    });
+  };
+}
+
+/** Like loseAnswers, but the call reaches the server and its answer is replaced by `code`. */
+function replaceAnswers(method: string, code: GrpcStatus, count: number): Interceptor {
+  let remaining = count;
+  return (options, nextCall) =>
+    new InterceptingCall(nextCall(options), {
+      start(metadata, listener, next) {
+        const replace = options.method_definition.path.endsWith(`/${method}`) && remaining-- > 0;
+        next(metadata, {
+          onReceiveStatus(status, nextStatus) {
+            nextStatus(replace ? { code, details: "injected: answer replaced", metadata: new Metadata() } : status);
+          },
+        });
+      },
+    });
+}
+
 describe("runOnce", () => {
   test("success, then replay without running the work", T, async () => {
     const k = key("debit");
@@ -162,7 +197,8 @@ describe("runOnce", () => {
     try {
       let workSignal: AbortSignal | undefined;
       let aLease: Lease | undefined;
-      // Renewals every 2.5 s with a 1 s lease: the lease expires while A works.
+      // Renewals every 2.5 s with a 1 s lease: the lease expires while A works
+      // (A knows it locally, before any renewal: it cannot renew in time).
       const runA = a
         .runOnce(
           ns,
@@ -187,12 +223,11 @@ describe("runOnce", () => {
 
       const error = await runA;
       assert.ok(error instanceof LeaseLostError, String(error));
-      assert.ok(error.cause instanceof StaleFencingTokenError, String(error.cause));
+      assert.ok(error.cause instanceof DeadlineExceededError, String(error.cause));
       assert.equal(error.fencingToken, aLease!.fencingToken);
       assert.ok(workSignal?.aborted);
       assert.ok(workSignal?.reason instanceof LeaseLostError);
       assert.equal(aCalls.complete.length, 0, "A must never Complete after losing its lease");
-      assert.ok(aCalls.renew.length >= 1);
 
       const found = await client.lookup({ namespace: ns, operationKey: k, includeExecutions: true });
       assert.equal(found.operation!.status, OperationStatus.OPERATION_STATUS_SUCCEEDED);
@@ -233,11 +268,18 @@ describe("runOnce", () => {
     assert.equal(found.operation!.status, OperationStatus.OPERATION_STATUS_UNKNOWN);
     assert.equal(found.operation!.remoteRef, "psp-7");
 
-    const noHandler = await client.runOnce(ns, k, { amount: 100 }, () => { runs++; return "never"; }).catch((e) => e);
+    const bare = new OpregClient(server.address);
+    const bareCalls = spy(bare);
+    const noHandler = await bare.runOnce(ns, k, { amount: 100 }, () => { runs++; return "never"; }).catch((e) => e);
+    bare.close();
     assert.ok(noHandler instanceof ReconcileRequiredError, String(noHandler));
     assert.equal(noHandler.remoteRef, "psp-7");
-    found = await client.lookup({ namespace: ns, operationKey: k });
+    // The reconcile lease is handed back: Complete(unknown) with the same remote ref.
+    assert.equal(bareCalls.complete.length, 1);
+    assert.equal((bareCalls.complete[0] as { unknown?: { remoteRef: string } }).unknown?.remoteRef, "psp-7");
+    found = await client.lookup({ namespace: ns, operationKey: k, includeExecutions: true });
     assert.equal(found.operation!.status, OperationStatus.OPERATION_STATUS_UNKNOWN);
+    assert.ok(found.executions.some((e) => e.kind === ExecutionKind.EXECUTION_KIND_RECONCILE && e.outcome === ExecutionOutcome.EXECUTION_OUTCOME_UNKNOWN));
 
     const seen: string[] = [];
     const reconciled = await client.runOnce(ns, k, { amount: 100 }, () => { runs++; return "never"; }, {
@@ -404,5 +446,144 @@ describe("runOnce", () => {
     const error = await client.runOnce(ns, k, { n: 1 }, () => "never", { timeoutMs: 2_000 }).catch((e) => e);
     assert.ok(error instanceof DeadlineExceededError, String(error));
     assert.ok(Date.now() - started < 1_000);
+  });
+
+  test("work finishing after the overall deadline is still recorded; renewals go on while Complete is retried", T, async () => {
+    let firstComplete: number | undefined;
+    const flaky = new OpregClient(server.address, {
+      // Every Complete fails (unsent) for 2 s after the first one: longer than the lease TTL.
+      clientOptions: { interceptors: [failCalls("Complete", GrpcStatus.UNAVAILABLE, () => Date.now() - (firstComplete ??= Date.now()) < 2_000)] },
+    });
+    const calls = spy(flaky);
+    const renewedAt: number[] = [];
+    const renew = flaky.renew.bind(flaky);
+    flaky.renew = (request, options) => {
+      renewedAt.push(Date.now());
+      return renew(request, options);
+    };
+    try {
+      const k = key("late");
+      let rival: Promise<ClaimOutcome> | undefined;
+      const result = await flaky.runOnce(ns, k, { n: 1 }, async () => {
+        await sleep(700); // past the 400 ms overall deadline
+        // Once the lease TTL has passed during Complete's retries, another owner tries.
+        rival = sleep(1_600).then(async () =>
+          (await client.claim({ namespace: ns, operationKey: k, parameters: { n: 1 }, owner: "rival", leaseTtl: durationFromMillis(1_000) })).outcome,
+        );
+        return "late but done";
+      }, { timeoutMs: 400, callTimeoutMs: 900, leaseTtlMs: 1_000, backoff: { initialMs: 20, maxMs: 150 } });
+      assert.equal(result.text, "late but done");
+      assert.ok(calls.complete.length >= 2, `${calls.complete.length} Completes`);
+      assert.ok(renewedAt.filter((t) => t > firstComplete!).length >= 2, "renewals continue while Complete is retried");
+      assert.notEqual(await rival, ClaimOutcome.CLAIM_OUTCOME_ACQUIRED, "the lease did not lapse during Complete's retries");
+      const found = await client.lookup({ namespace: ns, operationKey: k, includeExecutions: true });
+      assert.equal(found.executions.length, 1, "no takeover");
+      assert.equal(found.executions[0].outcome, ExecutionOutcome.EXECUTION_OUTCOME_SUCCEEDED);
+    } finally {
+      flaky.close();
+    }
+  });
+
+  test("Complete in doubt (a non-definitive error after it was recorded): Lookup finds our report", T, async () => {
+    const flaky = new OpregClient(server.address, { clientOptions: { interceptors: [replaceAnswers("Complete", GrpcStatus.INTERNAL, 1)] } });
+    const calls = spy(flaky);
+    try {
+      const k = key("doubt");
+      const result = await flaky.runOnce(ns, k, { n: 1 }, () => "recorded anyway");
+      assert.equal(result.text, "recorded anyway");
+      assert.equal(result.operation?.status, OperationStatus.OPERATION_STATUS_SUCCEEDED);
+      assert.equal(calls.complete.length, 1, "INTERNAL is not retried");
+      assert.equal(calls.lookup.length, 1);
+    } finally {
+      flaky.close();
+    }
+  });
+
+  test("a Complete that cannot be recorded: OutcomeNotRecordedError after Lookup finds nothing", T, async () => {
+    for (const [code, causeClass] of [
+      [GrpcStatus.INTERNAL, InternalError],
+      [GrpcStatus.UNAVAILABLE, DeadlineExceededError],
+    ] as const) {
+      const broken = new OpregClient(server.address, { clientOptions: { interceptors: [failCalls("Complete", code, () => true)] } });
+      const calls = spy(broken);
+      try {
+        const k = key("unrecorded");
+        const error = await broken
+          .runOnce(ns, k, { n: 1 }, () => "lost", { timeoutMs: 300, callTimeoutMs: 300, backoff: { initialMs: 20, maxMs: 100 } })
+          .catch((e) => e);
+        assert.ok(error instanceof OutcomeNotRecordedError, String(error));
+        assert.match(error.message, /not recorded/);
+        assert.equal(error.report, "success");
+        assert.ok(error.cause instanceof causeClass, String(error.cause));
+        assert.equal(calls.lookup.length, 1);
+        const found = await client.lookup({ namespace: ns, operationKey: k, includeExecutions: true });
+        assert.equal(found.executions[0].outcome, ExecutionOutcome.EXECUTION_OUTCOME_RUNNING);
+      } finally {
+        broken.close();
+      }
+    }
+  });
+
+  test("renewals failing transiently are retried with jitter; a lease not renewed before it expires is lost", T, async () => {
+    const flaky = new OpregClient(server.address, { clientOptions: { interceptors: [failCalls("Renew", GrpcStatus.UNAVAILABLE, () => true)] } });
+    const calls = spy(flaky);
+    try {
+      let abortedAfter: number | undefined;
+      const started = Date.now();
+      const error = await flaky
+        .runOnce(ns, key("unrenewable"), { n: 1 }, async (_lease, signal) => {
+          await Promise.race([sleep(4_000), new Promise((r) => signal.addEventListener("abort", r, { once: true }))]);
+          if (signal.aborted) abortedAfter = Date.now() - started;
+          return "too late";
+        }, { leaseTtlMs: 1_000, renewEveryMs: 300, backoff: { initialMs: 20, maxMs: 100 } })
+        .catch((e) => e);
+      assert.ok(error instanceof LeaseLostError, String(error));
+      assert.ok(error.cause instanceof DeadlineExceededError, String(error.cause));
+      assert.ok(abortedAfter !== undefined && abortedAfter <= 1_000, `aborted after ${abortedAfter} ms`);
+      assert.ok(calls.renew.length > 3, `${calls.renew.length} renewals: retried between ticks`);
+      assert.equal(calls.complete.length, 0);
+    } finally {
+      flaky.close();
+    }
+  });
+
+  test("reconcile runs under renewals; a lease lost during reconcile aborts it", T, async () => {
+    const k = key("slow-reconcile");
+    await client.runOnce(ns, k, { n: 1 }, () => { throw new SentButUnconfirmedError("psp-slow"); }).catch(() => undefined);
+    const result = await client.runOnce(ns, k, { n: 1 }, () => "never", {
+      leaseTtlMs: 1_000,
+      reconcile: async (_lease, _ref, signal) => {
+        await sleep(2_500);
+        assert.equal(signal.aborted, false);
+        return Reconciled.succeeded("checked");
+      },
+    });
+    assert.equal(result.text, "checked");
+    const found = await client.lookup({ namespace: ns, operationKey: k, includeExecutions: true });
+    assert.ok(found.executions.every((e) => e.outcome !== ExecutionOutcome.EXECUTION_OUTCOME_SUPERSEDED));
+
+    const l = key("lost-reconcile");
+    await client.runOnce(ns, l, { n: 1 }, () => { throw new SentButUnconfirmedError("psp-lost"); }).catch(() => undefined);
+    const flaky = new OpregClient(server.address, { clientOptions: { interceptors: [replaceAnswers("Renew", GrpcStatus.ABORTED, 1)] } });
+    const calls = spy(flaky);
+    try {
+      let reconcileSignal: AbortSignal | undefined;
+      const error = await flaky
+        .runOnce(ns, l, { n: 1 }, () => "never", {
+          leaseTtlMs: 1_000,
+          reconcile: async (_lease, _ref, signal) => {
+            reconcileSignal = signal;
+            await new Promise((r) => signal.addEventListener("abort", r, { once: true }));
+            return Reconciled.succeeded("too late");
+          },
+        })
+        .catch((e) => e);
+      assert.ok(error instanceof LeaseLostError, String(error));
+      assert.ok(error.cause instanceof StaleFencingTokenError, String(error.cause));
+      assert.ok(reconcileSignal?.reason instanceof LeaseLostError);
+      assert.equal(calls.complete.length, 0);
+    } finally {
+      flaky.close();
+    }
   });
 });
