@@ -22,12 +22,16 @@ from typing import Any, Generic, Protocol, TypeVar
 from ._convert import Seconds, from_duration, seconds, to_duration
 from ._gen.v1 import registry_pb2 as pb
 from .errors import (
+    AlreadyCompleted,
     DeadlineExceeded,
+    InvalidArgument,
     LeaseLost,
     LeaseNotHeld,
     NotFound,
     OperationDead,
     OpregError,
+    OutcomeNotRecorded,
+    ParameterConflict,
     ReconcileRequired,
     StaleFencingToken,
     Unavailable,
@@ -553,13 +557,6 @@ class Attempt:
         self.spec = spec
         self.reconciling = response.outcome == pb.CLAIM_OUTCOME_RECONCILE
         self.remote_ref = operation.remote_ref
-        if self.reconciling and not run.can_reconcile:
-            raise ReconcileRequired(
-                f"{spec.namespace}/{spec.operation_key}: the last outcome is unknown "
-                f"(remote_ref={operation.remote_ref!r}) and no reconcile callback was given",
-                remote_ref=operation.remote_ref,
-                operation=operation,
-            )
         self.lease_fields: dict[str, Any] = {
             "namespace": spec.namespace,
             "operation_key": spec.operation_key,
@@ -572,6 +569,23 @@ class Attempt:
         }
         self.report: Outcome | None = None
         self.error: BaseException | None = None  # what work or reconcile raised
+        if self.reconciling and not run.can_reconcile:
+            # Hand the reconcile lease back at once (Complete(unknown), same
+            # remote_ref) rather than sit on it until it lapses; then raise.
+            self.error = ReconcileRequired(
+                f"{spec.namespace}/{spec.operation_key}: the last outcome is unknown "
+                f"(remote_ref={operation.remote_ref!r}) and no reconcile callback was given",
+                remote_ref=operation.remote_ref,
+                operation=operation,
+            )
+            self.report = pb.UnknownOutcome(
+                remote_ref=operation.remote_ref, message="reconcile required: no reconcile callback"
+            )
+
+    @property
+    def must_reconcile(self) -> bool:
+        """True when the client must call ``reconcile`` before anything else."""
+        return self.reconciling and self.report is None
 
     def reconciled(self, reconciliation: Any) -> None:
         self.report = reconcile_report(reconciliation)
@@ -596,7 +610,8 @@ class Attempt:
         """The Complete to make with ``complete`` (the client's method); raises
         LeaseLost if the lease was lost meanwhile. The answer to a Complete may
         be lost; the same report with the same token is idempotent, so it is
-        retried at least until the lease would expire."""
+        retried (while the lease is still renewed) for a few RPC timeouts of its
+        own, even past the overall deadline: finished work must be reported."""
         if lease.lost:
             raise lease._lost_error() from (self.error or lease.lost_reason)
         spec, report = self.spec, self.report
@@ -608,11 +623,46 @@ class Attempt:
                 outcome=report,
                 timeout=timeout,
             ),
-            self.run.overall.at_least(spec.lease_ttl),
+            self.run.overall.at_least(COMPLETE_RPC_TIMEOUTS * spec.rpc_timeout),
             spec,
             "Complete",
             self.error,
         )
+
+    def in_doubt(self, error: BaseException) -> bool:
+        """True when Complete's ``error`` leaves open whether the report was
+        recorded (then :meth:`lookup` decides); false for a definitive refusal."""
+        return not isinstance(error, COMPLETE_DEFINITIVE)
+
+    def lookup(self, lookup: Callable[..., T], cause: BaseException) -> Retry[T]:
+        """The Lookup (with executions) to make when Complete's result is in doubt."""
+        spec = self.spec
+        return Retry(
+            lambda timeout: lookup(spec.namespace, spec.operation_key, include_executions=True, timeout=timeout),
+            Deadline(COMPLETE_RPC_TIMEOUTS * spec.rpc_timeout),
+            spec,
+            "Lookup after Complete",
+            cause,
+        )
+
+    def looked_up(self, lease: LeaseBase, response: pb.LookupResponse | None, cause: BaseException) -> pb.CompleteResponse:
+        """Decides from the execution record of our token whether the report
+        was recorded: then Complete's answer (to hand to :meth:`done`); else
+        raises :class:`OutcomeNotRecorded` (or LeaseLost if superseded)."""
+        spec, report = self.spec, self.report
+        mine = [e for e in (response.executions if response is not None else []) if e.fencing_token == lease.fencing_token]
+        if mine and mine[-1].outcome == pb.EXECUTION_OUTCOME_SUPERSEDED:
+            raise lease._lose(cause) from cause
+        if mine and mine[-1].outcome == RECORDED_AS.get(type(report)):
+            assert response is not None
+            return pb.CompleteResponse(operation=response.operation)
+        seen = pb.ExecutionOutcome.Name(mine[-1].outcome) if mine else ("no execution" if response is not None else "Lookup failed")
+        raise OutcomeNotRecorded(
+            f"{spec.namespace}/{spec.operation_key}: the outcome of execution {lease.fencing_token} "
+            f"({type(report).__name__}) was not recorded: Complete failed ({cause}) and Lookup shows {seen}",
+            fencing_token=lease.fencing_token,
+            report=report,
+        ) from cause
 
     def done(self, completed: pb.CompleteResponse) -> Any:
         """What ``run_once`` does once Complete recorded the report: return a
@@ -630,6 +680,37 @@ class Attempt:
         )
 
 
+# Complete (and the Lookup that settles a doubtful Complete) gets this many RPC
+# timeouts of its own, past the overall deadline if need be.
+COMPLETE_RPC_TIMEOUTS = 3
+
+# Complete's refusals that settle the matter; any other error leaves it in doubt.
+COMPLETE_DEFINITIVE = (
+    StaleFencingToken,
+    AlreadyCompleted,
+    InvalidArgument,
+    NotFound,
+    LeaseNotHeld,
+    ParameterConflict,
+    LeaseLost,  # raised before Complete was sent
+)
+
+# The execution outcome each report is recorded as.
+RECORDED_AS = {
+    pb.Success: pb.EXECUTION_OUTCOME_SUCCEEDED,
+    pb.Failure: pb.EXECUTION_OUTCOME_FAILED,
+    pb.RetryableError: pb.EXECUTION_OUTCOME_RETRYABLE,
+    pb.UnknownOutcome: pb.EXECUTION_OUTCOME_UNKNOWN,
+}
+
+
+def expiry_margin(lease_ttl: float) -> float:
+    """How long before its local expiry a lease that could not be renewed is
+    given up: the local clock and the server's may differ, and work needs time
+    to notice."""
+    return min(lease_ttl / 10, 2.0)
+
+
 class Renewal:
     """The renewals of one lease. The client loops until stopped: sleep
     ``wait``, make the Renew that :meth:`renew` makes, and report the answer
@@ -640,6 +721,7 @@ class Renewal:
         self._spec = spec
         self._backoff = Backoff(spec.backoff_initial, spec.backoff_max)
         self._sent = 0.0
+        self._margin = expiry_margin(spec.lease_ttl)
         self.wait = spec.renew_interval
 
     def renew(self, renew: Callable[..., T]) -> T:
@@ -652,7 +734,7 @@ class Renewal:
             owner=lease.owner,
             fencing_token=lease.fencing_token,
             lease_ttl=spec.lease_ttl,
-            timeout=max(0.05, min(spec.rpc_timeout, lease._local_expiry - self._sent)),
+            timeout=max(0.05, min(spec.rpc_timeout, lease._local_expiry - self._margin - self._sent)),
         )
 
     def renewed(self, response: pb.RenewResponse) -> None:
@@ -667,7 +749,7 @@ class Renewal:
         if isinstance(error, (StaleFencingToken, LeaseNotHeld, NotFound)):
             lease._mark_lost(error)
             return True
-        left = lease._local_expiry - time.monotonic()
+        left = lease._local_expiry - self._margin - time.monotonic()
         if left <= 0:
             lease._mark_lost(error)
             return True

@@ -202,8 +202,8 @@ class AsyncClient(_rpc.ClientBase[grpc.aio.Channel]):
     ) -> Any:
         lease = AsyncLease(self, **attempt.lease_fields)
         renewer = asyncio.create_task(_renew_forever(self, lease, attempt.spec))
-        try:
-            if attempt.reconciling:
+        try:  # the lease is renewed during reconcile, work and Complete
+            if attempt.must_reconcile:
                 assert reconcile is not None
                 try:
                     attempt.reconciled(
@@ -211,22 +211,35 @@ class AsyncClient(_rpc.ClientBase[grpc.aio.Channel]):
                     )
                 except Exception as exc:  # noqa: BLE001 - reported, then re-raised
                     attempt.reconcile_failed(lease, exc)
+                lease.check()  # lost during reconcile: stop, do not run work
             if attempt.report is None:
                 try:
                     attempt.worked(await _guarded(lease, lambda: _maybe_await(work(lease))))
                 except Exception as exc:  # noqa: BLE001 - mapped to a report
                     attempt.work_failed(lease, exc)
+            completed = await self._complete(attempt, lease)
         finally:
             renewer.cancel()
             try:
                 await renewer
             except asyncio.CancelledError:
                 pass
+        return attempt.done(completed)
+
+    async def _complete(self, attempt: _run.Attempt, lease: AsyncLease) -> pb.CompleteResponse:
+        """Complete; when its result is in doubt, a Lookup decides."""
         try:
-            completed = await self._retry(attempt.complete(self.complete, lease))
+            return await self._retry(attempt.complete(self.complete, lease))
         except StaleFencingToken as stale:
             raise lease._lose(stale) from stale
-        return attempt.done(completed)
+        except OpregError as error:
+            if not attempt.in_doubt(error):
+                raise
+            try:
+                looked: pb.LookupResponse | None = await self._retry(attempt.lookup(self.lookup, error))
+            except OpregError:
+                looked = None
+            return attempt.looked_up(lease, looked, error)
 
     async def _retry(self, retry: _run.Retry[Awaitable[T]]) -> T:
         """Awaits ``retry``'s call until it answers (see :class:`_run.Retry`)."""

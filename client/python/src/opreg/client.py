@@ -193,25 +193,38 @@ class Client(_rpc.ClientBase[grpc.Channel]):
         lease = Lease(self, **attempt.lease_fields)
         renewer = _Renewer(self, lease, attempt.spec)
         renewer.start()
-        try:
-            if attempt.reconciling:
+        try:  # the lease is renewed during reconcile, work and Complete
+            if attempt.must_reconcile:
                 assert reconcile is not None
                 try:
                     attempt.reconciled(reconcile(lease, attempt.remote_ref))
                 except Exception as exc:  # noqa: BLE001 - reported, then re-raised
                     attempt.reconcile_failed(lease, exc)
+                lease.check()  # lost during reconcile: stop, do not run work
             if attempt.report is None:
                 try:
                     attempt.worked(work(lease))
                 except Exception as exc:  # noqa: BLE001 - mapped to a report
                     attempt.work_failed(lease, exc)
+            completed = self._complete(attempt, lease)
         finally:
             renewer.stop()
+        return attempt.done(completed)
+
+    def _complete(self, attempt: _run.Attempt, lease: Lease) -> pb.CompleteResponse:
+        """Complete; when its result is in doubt, a Lookup decides."""
         try:
-            completed = self._retry(attempt.complete(self.complete, lease))
+            return self._retry(attempt.complete(self.complete, lease))
         except StaleFencingToken as stale:
             raise lease._lose(stale) from stale
-        return attempt.done(completed)
+        except OpregError as error:
+            if not attempt.in_doubt(error):
+                raise
+            try:
+                looked: pb.LookupResponse | None = self._retry(attempt.lookup(self.lookup, error))
+            except OpregError:
+                looked = None
+            return attempt.looked_up(lease, looked, error)
 
     def _retry(self, retry: _run.Retry[T]) -> T:
         """Makes ``retry``'s call until it answers (see :class:`_run.Retry`)."""

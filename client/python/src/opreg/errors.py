@@ -219,6 +219,17 @@ class LeaseLost(OpregError):
         self.fencing_token = fencing_token
 
 
+class OutcomeNotRecorded(OpregError):
+    """The work finished but its outcome could not be recorded: Complete kept
+    failing (or failed in doubt) and a Lookup found no recorded outcome for the
+    execution's token. ``report`` is the outcome that was not recorded."""
+
+    def __init__(self, message: str, *, fencing_token: int | None = None, report: Any = None) -> None:
+        super().__init__(message)
+        self.fencing_token = fencing_token
+        self.report = report
+
+
 class ReconcileRequired(OpregError):
     """The last outcome is unknown (Claim answered RECONCILE) and no
     ``reconcile`` callback was given."""
