@@ -1,6 +1,6 @@
-"""Regression tests for the run-once review: Complete after the deadline (with
-renewals), a doubtful Complete settled by Lookup, reconcile under renewal, the
-reconcile lease handed back without a callback, and the renewal expiry margin."""
+"""run_once and its lease: Complete after the deadline (with renewals), a
+doubtful Complete settled by Lookup, reconcile under renewal, the reconcile
+lease handed back without a callback, and the renewal expiry margin."""
 
 from __future__ import annotations
 
