@@ -14,7 +14,6 @@ use crate::registry::Registry;
 use crate::telemetry::metrics;
 
 pub use requests::RequestLimits;
-pub use status::{ERROR_DOMAIN, to_status};
 
 /// `opreg.v1.OperationRegistry` over a [`Registry`].
 #[derive(Clone, Debug)]

@@ -30,10 +30,6 @@ impl Registry {
         Self { pool }
     }
 
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
     /// One connection for one use case, counted while it waits for the pool
     /// (also when the call is cancelled while waiting).
     async fn connection(&self) -> Result<PoolConnection<Postgres>> {
