@@ -64,17 +64,11 @@ async fn health_is_serving_while_the_database_answers_and_not_serving_once_drain
 
 #[tokio::test]
 async fn health_is_not_serving_when_the_database_is_unreachable() {
-    let mut config = opreg_server::config::Config::defaults();
-    config.listen_addr = "127.0.0.1:0".parse().unwrap();
-    config.metrics_addr = "127.0.0.1:0".parse().unwrap();
-    config.gauge_refresh_interval = Duration::from_millis(100);
-    let nowhere = sqlx::postgres::PgConnectOptions::new()
-        .socket(std::env::temp_dir().join("opreg-no-such-socket"))
-        .username("opreg");
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .acquire_timeout(Duration::from_millis(200))
-        .connect_lazy_with(nowhere.clone());
-    let app = serve(&config, pool, nowhere).await;
+    let app = spawn_app_without_database(|config| {
+        config.gauge_refresh_interval = Duration::from_millis(100);
+        config.pool_acquire_timeout = Duration::from_millis(200);
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         status(&app.endpoint, "").await.unwrap(),

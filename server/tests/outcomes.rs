@@ -63,18 +63,6 @@ async fn complete(
         .unwrap()
 }
 
-async fn lookup(client: &mut Client, key: &str) -> pb::LookupResponse {
-    client
-        .lookup(pb::LookupRequest {
-            namespace: NS.into(),
-            operation_key: key.into(),
-            include_executions: true,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
 fn seconds(timestamp: &prost_types::Timestamp) -> f64 {
     timestamp.seconds as f64 + f64::from(timestamp.nanos) / 1e9
 }
@@ -108,7 +96,7 @@ async fn a_retryable_failure_waits_for_its_backoff_then_acquires() {
     let lease = retry.lease.unwrap();
     assert_eq!((lease.attempt, lease.takeover), (2, false));
     assert!(lease.fencing_token > token(&first));
-    let history = lookup(&mut client, "p1").await.executions;
+    let history = lookup_history(&mut client, NS, "p1").await.executions;
     assert_eq!(history.len(), 2);
     assert_eq!(history[0].outcome(), ExecutionOutcome::Retryable);
     assert_eq!(history[0].error_class, "downstream_timeout");
@@ -162,7 +150,7 @@ async fn a_takeover_past_the_budget_is_dead_not_acquired() {
     )
     .await;
     assert_eq!(outcome(&taken), ClaimOutcome::Dead);
-    let history = lookup(&mut client, "p").await.executions;
+    let history = lookup_history(&mut client, NS, "p").await.executions;
     assert_eq!(history.len(), 1);
     assert_eq!(history[0].outcome(), ExecutionOutcome::Superseded);
 }
@@ -236,7 +224,7 @@ async fn an_unknown_outcome_is_reconciled_before_anything_else() {
     assert_eq!(outcome(&replay), ClaimOutcome::Replayed);
     assert_eq!(replay.operation.unwrap().result, b"paid");
 
-    let history = lookup(&mut client, "u").await.executions;
+    let history = lookup_history(&mut client, NS, "u").await.executions;
     let kinds: Vec<_> = history
         .iter()
         .map(|e| (e.attempt, e.kind(), e.outcome()))

@@ -22,17 +22,6 @@ fn counted(calls: &Arc<AtomicUsize>) -> Arc<AtomicUsize> {
     calls.clone()
 }
 
-async fn history(client: &Client, key: &str) -> pb::LookupResponse {
-    client
-        .lookup(pb::LookupRequest {
-            namespace: NS.into(),
-            operation_key: key.into(),
-            include_executions: true,
-        })
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn a_second_run_replays_without_executing() {
     let app = spawn_app().await;
@@ -135,7 +124,7 @@ async fn a_crashed_holder_is_taken_over_after_its_lease_expires() {
         "waited for the expiry"
     );
     assert_eq!(done.result, b"after-takeover");
-    let found = history(&client, "k").await;
+    let found = lookup_history(&mut app.client.clone(), NS, "k").await;
     let outcomes: Vec<_> = found.executions.iter().map(|e| e.outcome()).collect();
     assert_eq!(
         outcomes,
@@ -212,14 +201,7 @@ async fn a_lease_lost_mid_work_stops_the_work_and_sends_no_complete() {
         ))
         .await;
     assert_error(late, tonic::Code::Aborted, "STALE_FENCING_TOKEN");
-    let found = client
-        .lookup(pb::LookupRequest {
-            namespace: LOST.into(),
-            operation_key: "slow".into(),
-            include_executions: true,
-        })
-        .await
-        .unwrap();
+    let found = lookup_history(&mut app.client.clone(), LOST, "slow").await;
     assert_eq!(found.operation.unwrap().lease.unwrap().owner, "new-holder");
     assert_eq!(found.executions[0].outcome(), ExecutionOutcome::Superseded);
 }
@@ -249,7 +231,13 @@ async fn renewals_keep_a_short_lease_while_long_work_runs() {
     );
     let done = run.await.unwrap().unwrap();
     assert_eq!(done.result, b"long work");
-    assert_eq!(history(&client, "long").await.executions.len(), 1);
+    assert_eq!(
+        lookup_history(&mut app.client.clone(), NS, "long")
+            .await
+            .executions
+            .len(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -296,25 +284,38 @@ async fn work_that_outlasts_the_deadline_is_still_recorded() {
         .await
         .unwrap();
     assert_eq!(done.result, b"finished late");
-    let found = history(&client, "slow-but-done").await;
+    let found = lookup_history(&mut app.client.clone(), NS, "slow-but-done").await;
     assert_eq!(
         found.operation.unwrap().status(),
         OperationStatus::Succeeded
     );
 }
 
+/// Runs work whose request left but whose answer never came: an unknown outcome.
+async fn leave_unknown(
+    client: &Client,
+    key: &str,
+    remote_ref: &str,
+) -> Result<opreg_client::Completed, RunError> {
+    let remote_ref = remote_ref.to_owned();
+    RunOnce::new(client, NS, key, json!({}))
+        .run(move |_lease| {
+            let remote_ref = remote_ref.clone();
+            async move {
+                Err(WorkError::SentButUnconfirmed {
+                    remote_ref,
+                    message: "timed out after send".into(),
+                })
+            }
+        })
+        .await
+}
+
 #[tokio::test]
 async fn an_unknown_outcome_is_reconciled_before_executing() {
     let app = spawn_app().await;
     let client = client(&app).await;
-    let unknown = RunOnce::new(&client, NS, "payout", json!({"amount": 5}))
-        .run(|_lease| async {
-            Err(WorkError::SentButUnconfirmed {
-                remote_ref: "psp-77".into(),
-                message: "timed out after send".into(),
-            })
-        })
-        .await;
+    let unknown = leave_unknown(&client, "payout", "psp-77").await;
     assert!(
         matches!(&unknown, Err(RunError::OutcomeUnknown { remote_ref }) if remote_ref == "psp-77"),
         "{unknown:?}"
@@ -322,7 +323,7 @@ async fn an_unknown_outcome_is_reconciled_before_executing() {
 
     let asked: Arc<Mutex<Vec<String>>> = Arc::default();
     let recorder = asked.clone();
-    let done = RunOnce::new(&client, NS, "payout", json!({"amount": 5}))
+    let done = RunOnce::new(&client, NS, "payout", json!({}))
         .reconcile(move |_lease, remote_ref| {
             recorder.lock().unwrap().push(remote_ref);
             async { Verdict::Succeeded(Success::new(b"paid".to_vec())) }
@@ -335,7 +336,7 @@ async fn an_unknown_outcome_is_reconciled_before_executing() {
         (&b"paid"[..], false)
     );
     assert_eq!(*asked.lock().unwrap(), ["psp-77"]);
-    let found = history(&client, "payout").await;
+    let found = lookup_history(&mut app.client.clone(), NS, "payout").await;
     assert_eq!(
         found.operation.unwrap().status(),
         OperationStatus::Succeeded
@@ -346,14 +347,7 @@ async fn an_unknown_outcome_is_reconciled_before_executing() {
 async fn a_payout_that_never_happened_is_executed_after_reconcile() {
     let app = spawn_app().await;
     let client = client(&app).await;
-    let _ = RunOnce::new(&client, NS, "payout", json!({}))
-        .run(|_lease| async {
-            Err(WorkError::SentButUnconfirmed {
-                remote_ref: "psp-1".into(),
-                message: String::new(),
-            })
-        })
-        .await;
+    let _ = leave_unknown(&client, "payout", "psp-1").await;
     let done = RunOnce::new(&client, NS, "payout", json!({}))
         .reconcile(|_lease, _remote_ref| async { Verdict::NotApplied })
         .run(|_lease| async { Ok(Success::new(b"sent-now".to_vec())) })
@@ -388,14 +382,6 @@ async fn a_transient_failure_is_retried_under_the_budget() {
     assert_eq!(done.result, b"second time");
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     assert_eq!(done.operation.attempts, 2);
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[tokio::test]
@@ -460,15 +446,7 @@ async fn the_overall_deadline_bounds_transport_retries_and_waits() {
 async fn a_reconcile_that_finds_a_refusal_records_a_business_failure() {
     let app = spawn_app().await;
     let client = client(&app).await;
-    let unsent = |_lease| async {
-        Err(WorkError::SentButUnconfirmed {
-            remote_ref: "psp-9".into(),
-            message: String::new(),
-        })
-    };
-    let _ = RunOnce::new(&client, NS, "declined", json!({}))
-        .run(unsent)
-        .await;
+    let _ = leave_unknown(&client, "declined", "psp-9").await;
     let outcome = RunOnce::new(&client, NS, "declined", json!({}))
         .reconcile(|_lease, _remote_ref| async {
             Verdict::Failed {
@@ -482,7 +460,7 @@ async fn a_reconcile_that_finds_a_refusal_records_a_business_failure() {
         matches!(&outcome, Err(RunError::Business { code, replayed: false, .. }) if code == "DECLINED"),
         "{outcome:?}"
     );
-    let found = history(&client, "declined").await;
+    let found = lookup_history(&mut app.client.clone(), NS, "declined").await;
     assert_eq!(found.operation.unwrap().status(), OperationStatus::Failed);
 }
 
@@ -490,15 +468,7 @@ async fn a_reconcile_that_finds_a_refusal_records_a_business_failure() {
 async fn without_a_reconcile_the_unknown_outcome_is_handed_back_not_held() {
     let app = spawn_app().await;
     let client = client(&app).await;
-    let unsent = |_lease| async {
-        Err(WorkError::SentButUnconfirmed {
-            remote_ref: "psp-5".into(),
-            message: String::new(),
-        })
-    };
-    let _ = RunOnce::new(&client, NS, "unknown", json!({}))
-        .run(unsent)
-        .await;
+    let _ = leave_unknown(&client, "unknown", "psp-5").await;
     let outcome = RunOnce::new(&client, NS, "unknown", json!({}))
         .run(|_lease| async { panic!("must not execute") })
         .await;
@@ -506,7 +476,10 @@ async fn without_a_reconcile_the_unknown_outcome_is_handed_back_not_held() {
         matches!(&outcome, Err(RunError::ReconcileRequired { remote_ref }) if remote_ref == "psp-5"),
         "{outcome:?}"
     );
-    let operation = history(&client, "unknown").await.operation.unwrap();
+    let operation = lookup_history(&mut app.client.clone(), NS, "unknown")
+        .await
+        .operation
+        .unwrap();
     assert_eq!(operation.status(), OperationStatus::Unknown);
     assert!(
         operation.lease.is_none(),

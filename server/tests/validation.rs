@@ -368,18 +368,10 @@ async fn invalid_completes_renews_and_writes_are_refused_and_write_nothing() {
 
 #[tokio::test]
 async fn an_unreachable_database_is_unavailable_without_its_error_text() {
-    let mut config = opreg_server::config::Config::defaults();
-    config.listen_addr = "127.0.0.1:0".parse().unwrap();
-    config.metrics_addr = "127.0.0.1:0".parse().unwrap();
-    config.pool_acquire_timeout = std::time::Duration::from_millis(500);
-    let nowhere = sqlx::postgres::PgConnectOptions::new()
-        .socket(std::env::temp_dir().join("opreg-no-such-socket"))
-        .username("opreg")
-        .database("opreg");
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .acquire_timeout(config.pool_acquire_timeout)
-        .connect_lazy_with(nowhere.clone());
-    let app = serve(&config, pool, nowhere).await;
+    let app = spawn_app_without_database(|config| {
+        config.pool_acquire_timeout = std::time::Duration::from_millis(500);
+    })
+    .await;
     let mut client = app.client.clone();
     let status = assert_error(
         client.claim(valid_claim()).await,

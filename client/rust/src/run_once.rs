@@ -54,6 +54,15 @@ impl Success {
     }
 }
 
+impl From<Success> for Outcome {
+    fn from(success: Success) -> Self {
+        Outcome::Success(pb::Success {
+            result: success.result,
+            result_ref: success.result_ref,
+        })
+    }
+}
+
 /// How work fails; each maps to one kind of Complete.
 #[derive(Debug)]
 pub enum WorkError {
@@ -356,10 +365,7 @@ impl RunOnce {
         let verdict = held.guard(reconcile(held.lease.clone(), remote_ref)).await;
         self.reconcile = Some(reconcile);
         let outcome = match verdict? {
-            Verdict::Succeeded(success) => Outcome::Success(pb::Success {
-                result: success.result,
-                result_ref: success.result_ref,
-            }),
+            Verdict::Succeeded(success) => success.into(),
             Verdict::Failed { code, message } => Outcome::Failure(pb::Failure { code, message }),
             Verdict::NotApplied => return self.work_under(held, work, deadline).await,
         };
@@ -381,13 +387,7 @@ impl RunOnce {
     {
         let result = held.guard(work(held.handle())).await?;
         let (outcome, failure) = match result {
-            Ok(success) => (
-                Outcome::Success(pb::Success {
-                    result: success.result,
-                    result_ref: success.result_ref,
-                }),
-                None,
-            ),
+            Ok(success) => (success.into(), None),
             Err(WorkError::Business { code, message }) => {
                 (Outcome::Failure(pb::Failure { code, message }), None)
             }

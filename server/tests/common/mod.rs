@@ -47,6 +47,45 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Config)) -> TestApp {
     serve(&config, pool, db_options).await
 }
 
+/// The real server over a database that cannot be reached: nothing listens on
+/// the socket its pool points at. `configure` adjusts the defaults.
+pub async fn spawn_app_without_database(configure: impl FnOnce(&mut Config)) -> TestApp {
+    let mut config = Config::defaults();
+    config.listen_addr = "127.0.0.1:0".parse().unwrap();
+    config.metrics_addr = "127.0.0.1:0".parse().unwrap();
+    configure(&mut config);
+    let nowhere = PgConnectOptions::new()
+        .socket(std::env::temp_dir().join("opreg-no-such-socket"))
+        .username("opreg")
+        .database("opreg");
+    let pool = PgPoolOptions::new()
+        .acquire_timeout(config.pool_acquire_timeout)
+        .connect_lazy_with(nowhere.clone());
+    serve(&config, pool, nowhere).await
+}
+
+/// A loopback port nothing listens on (at the time of asking).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// An operation and its whole history.
+pub async fn lookup_history(client: &mut Client, namespace: &str, key: &str) -> pb::LookupResponse {
+    client
+        .lookup(pb::LookupRequest {
+            namespace: namespace.into(),
+            operation_key: key.into(),
+            include_executions: true,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 /// Serves `pool` with `config`; the database options are kept for assertions.
 pub async fn serve(config: &Config, pool: PgPool, db_options: PgConnectOptions) -> TestApp {
     let app = Application::build(config, pool).await.unwrap();
