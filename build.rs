@@ -6,7 +6,10 @@ use std::{env, fs, path::PathBuf};
 use prost::Message;
 
 const PROTO_ROOT: &str = "proto";
-const PROTO_FILES: &[&str] = &["proto/opreg/v1/registry.proto"];
+const PROTO_FILES: &[&str] = &[
+    "proto/opreg/v1/registry.proto",
+    "proto/opreg/v1/admin.proto",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={PROTO_ROOT}");

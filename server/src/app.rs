@@ -13,8 +13,9 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic_health::server::HealthReporter;
 
 use crate::config::Config;
-use crate::grpc::RegistryService;
-use crate::registry::Registry;
+use crate::grpc::{AdminService, RegistryService};
+use crate::maintenance;
+use crate::registry::{MaintenanceSettings, Registry};
 use crate::telemetry::gauges::{self, refresh_forever};
 use crate::telemetry::grpc_layer::GrpcTelemetryLayer;
 use crate::telemetry::{metrics, metrics_http};
@@ -28,6 +29,9 @@ pub struct Application {
     metrics_listener: TcpListener,
     metrics: PrometheusHandle,
     service: RegistryService,
+    admin: AdminService,
+    registry: Registry,
+    maintenance: MaintenanceSettings,
     pool: PgPool,
     gauge_refresh_interval: Duration,
     shutdown_delay: Duration,
@@ -38,11 +42,22 @@ impl Application {
     pub async fn build(config: &Config, pool: PgPool) -> Result<Self, BoxError> {
         let limits = config.request_limits()?;
         let metrics = metrics::install(config.metrics_max_namespaces)?;
+        for setting in config.short_retentions() {
+            tracing::warn!(
+                setting,
+                retry_deadline = %humantime::format_duration(config.retry_deadline),
+                "retention is shorter than the retry deadline: a key purged while it may still be retried registers again as a new operation"
+            );
+        }
+        let registry = Registry::new(pool.clone(), config.retry_caps());
         Ok(Self {
             grpc_listener: bind(config.listen_addr, "gRPC (OPREG_LISTEN_ADDR)").await?,
             metrics_listener: bind(config.metrics_addr, "metrics (OPREG_METRICS_ADDR)").await?,
             metrics,
-            service: RegistryService::new(Registry::new(pool.clone()), limits),
+            service: RegistryService::new(registry.clone(), limits),
+            admin: AdminService::new(registry.clone(), limits),
+            registry,
+            maintenance: config.maintenance_settings(),
             pool,
             gauge_refresh_interval: config.gauge_refresh_interval,
             shutdown_delay: config.shutdown_delay,
@@ -74,6 +89,11 @@ impl Application {
             health.clone(),
             self.gauge_refresh_interval,
         ));
+        let maintainer = AbortOnDrop(tokio::spawn(maintenance::run_forever(
+            self.pool.clone(),
+            self.registry,
+            self.maintenance,
+        )));
         let (stop, stopped) = watch::channel(false);
         let metrics_server = tokio::spawn(metrics_http::serve(
             self.metrics_listener,
@@ -98,10 +118,23 @@ impl Application {
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
             .add_service(self.service.into_server())
+            .add_service(self.admin.into_server())
             .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc_listener), draining)
             .await?;
+        // Stopping the maintenance closes its connection, which hands the
+        // maintenance lock to another replica.
+        drop(maintainer);
         metrics_server.await??;
         Ok(())
+    }
+}
+
+/// Aborts a background task when dropped, including on an early return.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

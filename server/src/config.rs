@@ -3,12 +3,15 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::domain::policy::{LeaseBounds, RetryPolicy};
+use crate::domain::ids::Namespace;
+use crate::domain::policy::{LeaseBounds, PerNamespace, RetryPolicy};
 use crate::grpc::RequestLimits;
+use crate::registry::MaintenanceSettings;
 use crate::store::PoolSettings;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -107,6 +110,39 @@ pub struct Config {
     #[arg(long, env = "OPREG_GAUGE_REFRESH_INTERVAL", default_value = "15s", value_parser = humantime::parse_duration)]
     pub gauge_refresh_interval: Duration,
 
+    /// Most retry, takeover and reconcile leases ClaimDue keeps live at once in
+    /// a namespace, so a recovering downstream is not flooded [default: unlimited].
+    #[arg(long, env = "OPREG_MAX_CONCURRENT_RETRIES")]
+    pub max_concurrent_retries: Option<u32>,
+
+    /// Per-namespace caps on concurrent retries, e.g. `payments=10,callbacks=50`.
+    #[arg(
+        long,
+        env = "OPREG_NAMESPACE_MAX_CONCURRENT_RETRIES",
+        default_value = ""
+    )]
+    pub namespace_max_concurrent_retries: Overrides<u32>,
+
+    /// How often the maintenance (budgets, retention) runs, on one replica at a time.
+    #[arg(long, env = "OPREG_MAINTENANCE_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub maintenance_interval: Duration,
+
+    /// How long finished (SUCCEEDED, FAILED) operations are kept: a duration or `forever`.
+    #[arg(long, env = "OPREG_RETENTION", default_value = "30d")]
+    pub retention: Retention,
+
+    /// Per-namespace retention, e.g. `payments=forever,callbacks=3d`.
+    #[arg(long, env = "OPREG_NAMESPACE_RETENTION", default_value = "")]
+    pub namespace_retention: Overrides<Retention>,
+
+    /// Rows one maintenance statement changes or deletes at most.
+    #[arg(long, env = "OPREG_MAINTENANCE_BATCH_SIZE", default_value_t = 1000)]
+    pub maintenance_batch_size: u32,
+
+    /// Pause between two maintenance batches, so callers keep the database.
+    #[arg(long, env = "OPREG_MAINTENANCE_BATCH_PAUSE", default_value = "100ms", value_parser = humantime::parse_duration)]
+    pub maintenance_batch_pause: Duration,
+
     /// Log format on stderr.
     #[arg(long, env = "OPREG_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
     pub log_format: LogFormat,
@@ -148,6 +184,9 @@ impl Config {
         if self.pool_max_connections == 0 {
             return Err("the pool needs at least one connection".into());
         }
+        if self.maintenance_interval.is_zero() || self.maintenance_batch_size == 0 {
+            return Err("the maintenance interval and batch size must be positive".into());
+        }
         self.default_retry_policy()
             .map(|_| ())
             .map_err(|violation| format!("default {}: {}", violation.field, violation.description))
@@ -183,6 +222,53 @@ impl Config {
         })
     }
 
+    /// Concurrent-retry caps by namespace (`None`: unlimited).
+    pub fn retry_caps(&self) -> PerNamespace<Option<u32>> {
+        PerNamespace {
+            default: self.max_concurrent_retries,
+            overrides: self
+                .namespace_max_concurrent_retries
+                .0
+                .iter()
+                .map(|(namespace, cap)| (namespace.clone(), Some(*cap)))
+                .collect(),
+        }
+    }
+
+    pub fn maintenance_settings(&self) -> MaintenanceSettings {
+        MaintenanceSettings {
+            interval: self.maintenance_interval,
+            retention: PerNamespace {
+                default: self.retention.0,
+                overrides: self
+                    .namespace_retention
+                    .0
+                    .iter()
+                    .map(|(namespace, retention)| (namespace.clone(), retention.0))
+                    .collect(),
+            },
+            batch_size: self.maintenance_batch_size,
+            batch_pause: self.maintenance_batch_pause,
+        }
+    }
+
+    /// Retentions shorter than the retry deadline: a key purged while callers
+    /// may still retry it registers again as a new operation.
+    pub fn short_retentions(&self) -> Vec<String> {
+        let short =
+            |retention: &Retention| retention.0.is_some_and(|kept| kept < self.retry_deadline);
+        let mut found = Vec::new();
+        if short(&self.retention) {
+            found.push("OPREG_RETENTION".to_owned());
+        }
+        for (namespace, retention) in &self.namespace_retention.0 {
+            if short(retention) {
+                found.push(format!("OPREG_NAMESPACE_RETENTION {namespace}"));
+            }
+        }
+        found
+    }
+
     pub fn pool_settings(&self) -> PoolSettings {
         PoolSettings {
             max_connections: self.pool_max_connections,
@@ -209,6 +295,52 @@ impl Config {
     }
 }
 
+/// How long finished operations are kept; `forever` keeps them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention(pub Option<Duration>);
+
+impl FromStr for Retention {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text.trim() == "forever" {
+            return Ok(Self(None));
+        }
+        humantime::parse_duration(text.trim())
+            .map(|kept| Self(Some(kept)))
+            .map_err(|error| format!("{text:?} is neither a duration nor `forever`: {error}"))
+    }
+}
+
+/// `namespace=value` pairs separated by commas; empty for none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overrides<T>(pub Vec<(String, T)>);
+
+impl<T: FromStr<Err: std::fmt::Display>> FromStr for Overrides<T> {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let mut pairs = Vec::new();
+        for pair in text
+            .split(',')
+            .map(str::trim)
+            .filter(|pair| !pair.is_empty())
+        {
+            let (namespace, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("{pair:?} is not namespace=value"))?;
+            let namespace = Namespace::parse("namespace", namespace.trim().to_owned())
+                .map_err(|violation| format!("{pair:?}: namespace {}", violation.description))?;
+            let value = value
+                .trim()
+                .parse()
+                .map_err(|error| format!("{pair:?}: {error}"))?;
+            pairs.push((namespace.into_string(), value));
+        }
+        Ok(Self(pairs))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,6 +356,36 @@ mod tests {
         assert_eq!(policy.max_attempts, 5);
         assert_eq!(policy.max_backoff, Duration::from_secs(300));
         assert_eq!(policy.deadline, Duration::from_secs(86_400));
+    }
+
+    #[test]
+    fn lifecycle_settings_parse_overrides_and_forever() {
+        let config = Config::parse_from([
+            "opreg-server",
+            "--retention",
+            "2s",
+            "--namespace-retention",
+            "payments=forever, callbacks=3d",
+            "--namespace-max-concurrent-retries",
+            "payments=10",
+        ]);
+        let maintenance = config.maintenance_settings();
+        assert_eq!(
+            *maintenance.retention.get("other"),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(*maintenance.retention.get("payments"), None);
+        assert_eq!(
+            *maintenance.retention.get("callbacks"),
+            Some(Duration::from_secs(3 * 86_400))
+        );
+        assert_eq!(*config.retry_caps().get("payments"), Some(10));
+        assert_eq!(*config.retry_caps().get("other"), None);
+        assert_eq!(config.short_retentions(), ["OPREG_RETENTION"]);
+        assert_eq!(Config::defaults().short_retentions(), Vec::<String>::new());
+        assert!("payments".parse::<Overrides<u32>>().is_err());
+        assert!(" =1".parse::<Overrides<u32>>().is_err());
+        assert!("soon".parse::<Retention>().is_err());
     }
 
     #[test]

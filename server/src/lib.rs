@@ -10,6 +10,7 @@ pub mod config;
 pub mod domain;
 pub mod embedded;
 pub mod grpc;
+pub mod maintenance;
 pub mod registry;
 pub mod shutdown;
 pub mod store;

@@ -65,6 +65,7 @@ async fn a_succeeded_operation_is_compensated_once_and_linked() {
             namespace: NS.into(),
             operation_key: "order-A".into(),
             include_executions: false,
+            ..Default::default()
         })
         .await
         .unwrap()

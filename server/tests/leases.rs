@@ -12,26 +12,6 @@ use tonic::Code;
 
 const NS: &str = "settlement";
 
-fn renew_request(key: &str, owner: &str, token: u64) -> pb::RenewRequest {
-    pb::RenewRequest {
-        namespace: NS.into(),
-        operation_key: key.into(),
-        owner: owner.into(),
-        fencing_token: token,
-        lease_ttl: None,
-    }
-}
-
-fn write_request(key: &str, token: u64, value: &[u8]) -> pb::FencedWriteRequest {
-    pb::FencedWriteRequest {
-        namespace: NS.into(),
-        resource: "account:1".into(),
-        operation_key: key.into(),
-        fencing_token: token,
-        value: value.to_vec(),
-    }
-}
-
 async fn get_resource(client: &mut Client) -> pb::GetResourceResponse {
     client
         .get_resource(pb::GetResourceRequest {
@@ -55,7 +35,7 @@ async fn after_a_takeover_the_old_token_is_refused_everywhere() {
     .await;
     let old = token(&first);
     client
-        .fenced_write(write_request(key, old, b"10"))
+        .fenced_write(write_request(NS, key, old, b"10"))
         .await
         .unwrap();
 
@@ -73,14 +53,16 @@ async fn after_a_takeover_the_old_token_is_refused_everywhere() {
     assert_eq!(lease.attempt, 2);
 
     let stale = assert_error(
-        client.fenced_write(write_request(key, old, b"stale")).await,
+        client
+            .fenced_write(write_request(NS, key, old, b"stale"))
+            .await,
         Code::Aborted,
         "STALE_FENCING_TOKEN",
     );
     assert_eq!(metadata(&stale, "presentedToken"), old.to_string());
     assert_eq!(metadata(&stale, "currentToken"), new.to_string());
     assert_error(
-        client.renew(renew_request(key, "worker-A", old)).await,
+        client.renew(renew_request(NS, key, "worker-A", old)).await,
         Code::Aborted,
         "STALE_FENCING_TOKEN",
     );
@@ -93,13 +75,13 @@ async fn after_a_takeover_the_old_token_is_refused_everywhere() {
     );
 
     let written = client
-        .fenced_write(write_request(key, new, b"20"))
+        .fenced_write(write_request(NS, key, new, b"20"))
         .await
         .unwrap()
         .into_inner();
     assert_eq!((written.fence, written.version), (new, 2));
     client
-        .renew(renew_request(key, "worker-B", new))
+        .renew(renew_request(NS, key, "worker-B", new))
         .await
         .unwrap();
     let done = client
@@ -145,6 +127,7 @@ async fn an_expired_lease_that_nobody_took_over_still_completes() {
             namespace: NS.into(),
             operation_key: "slow".into(),
             include_executions: false,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -154,11 +137,11 @@ async fn an_expired_lease_that_nobody_took_over_still_completes() {
         "the lease stays visible after expiry"
     );
     client
-        .renew(renew_request("slow", "worker-A", token(&first)))
+        .renew(renew_request(NS, "slow", "worker-A", token(&first)))
         .await
         .unwrap();
     client
-        .fenced_write(write_request("slow", token(&first), b"1"))
+        .fenced_write(write_request(NS, "slow", token(&first), b"1"))
         .await
         .unwrap();
     client
@@ -189,7 +172,7 @@ async fn renew_extends_by_the_database_clock_and_refuses_other_owners() {
     let mut client = app.client.clone();
     let first = claim(&mut client, claim_request(NS, "k", "worker-A", json!({}))).await;
     let before = first.lease.clone().unwrap().expires_at.unwrap();
-    let mut request = renew_request("k", "worker-A", token(&first));
+    let mut request = renew_request(NS, "k", "worker-A", token(&first));
     request.lease_ttl = Some(prost_types::Duration {
         seconds: 120,
         nanos: 0,
@@ -209,7 +192,7 @@ async fn renew_extends_by_the_database_clock_and_refuses_other_owners() {
     assert_eq!(renewed.fencing_token, token(&first));
     assert_error(
         client
-            .renew(renew_request("k", "worker-B", token(&first)))
+            .renew(renew_request(NS, "k", "worker-B", token(&first)))
             .await,
         Code::FailedPrecondition,
         "LEASE_NOT_HELD",
@@ -220,14 +203,14 @@ async fn renew_extends_by_the_database_clock_and_refuses_other_owners() {
         .unwrap();
     assert_error(
         client
-            .renew(renew_request("k", "worker-A", token(&first)))
+            .renew(renew_request(NS, "k", "worker-A", token(&first)))
             .await,
         Code::Aborted,
         "STALE_FENCING_TOKEN",
     );
     assert_error(
         client
-            .fenced_write(write_request("k", token(&first), b"late"))
+            .fenced_write(write_request(NS, "k", token(&first), b"late"))
             .await,
         Code::Aborted,
         "STALE_FENCING_TOKEN",
@@ -241,12 +224,12 @@ async fn a_resource_refuses_tokens_below_its_fence_across_operations() {
     let older = claim(&mut client, claim_request(NS, "older", "a", json!({}))).await;
     let newer = claim(&mut client, claim_request(NS, "newer", "b", json!({}))).await;
     client
-        .fenced_write(write_request("newer", token(&newer), b"new"))
+        .fenced_write(write_request(NS, "newer", token(&newer), b"new"))
         .await
         .unwrap();
     let status = assert_error(
         client
-            .fenced_write(write_request("older", token(&older), b"old"))
+            .fenced_write(write_request(NS, "older", token(&older), b"old"))
             .await,
         Code::Aborted,
         "STALE_FENCING_TOKEN",
@@ -265,7 +248,7 @@ async fn writes_racing_a_takeover_are_ordered_by_the_row_lock() {
     let first = claim(&mut client, claim_request(NS, key, "worker-A", json!({}))).await;
     let old = token(&first);
     client
-        .fenced_write(write_request(key, old, b"old-0"))
+        .fenced_write(write_request(NS, key, old, b"old-0"))
         .await
         .unwrap();
     app.expire_lease(NS, key).await;
@@ -276,7 +259,7 @@ async fn writes_racing_a_takeover_are_ordered_by_the_row_lock() {
         writers.spawn(async move {
             let value = format!("old-{i}");
             client
-                .fenced_write(write_request(key, old, value.as_bytes()))
+                .fenced_write(write_request(NS, key, old, value.as_bytes()))
                 .await
         });
     }
@@ -284,7 +267,7 @@ async fn writes_racing_a_takeover_are_ordered_by_the_row_lock() {
     let taken = claim(&mut client, claim_request(NS, key, "worker-B", json!({}))).await;
     let new = token(&taken);
     client
-        .fenced_write(write_request(key, new, b"new"))
+        .fenced_write(write_request(NS, key, new, b"new"))
         .await
         .unwrap();
 

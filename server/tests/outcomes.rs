@@ -340,6 +340,7 @@ async fn lookup_of_an_unknown_key_is_not_found() {
             namespace: NS.into(),
             operation_key: "missing".into(),
             include_executions: true,
+            ..Default::default()
         })
         .await;
     assert_error(result, Code::NotFound, "OPERATION_NOT_FOUND");

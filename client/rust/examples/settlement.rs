@@ -247,6 +247,7 @@ impl Lab {
                 namespace: self.namespace.clone(),
                 operation_key: "order-B".into(),
                 include_executions: true,
+                ..Default::default()
             })
             .await?
             .into_inner();

@@ -5,6 +5,7 @@ use tonic_types::{ErrorInfo, StatusExt};
 
 use crate::error::Error;
 use crate::proto as pb;
+use crate::proto::operation_admin_client::OperationAdminClient;
 use crate::proto::operation_registry_client::OperationRegistryClient;
 
 /// The `ErrorInfo` domain of opreg's errors.
@@ -14,6 +15,7 @@ pub const ERROR_DOMAIN: &str = "opreg";
 #[derive(Clone, Debug)]
 pub struct Client {
     inner: OperationRegistryClient<Channel>,
+    channel: Channel,
 }
 
 impl Client {
@@ -36,7 +38,8 @@ impl Client {
 
     pub fn new(channel: Channel) -> Self {
         Self {
-            inner: OperationRegistryClient::new(channel),
+            inner: OperationRegistryClient::new(channel.clone()),
+            channel,
         }
     }
 
@@ -76,6 +79,89 @@ impl Client {
         request: pb::GetResourceRequest,
     ) -> Result<pb::GetResourceResponse, Error> {
         Ok(self.inner.clone().get_resource(request).await?.into_inner())
+    }
+
+    pub async fn claim_due(
+        &self,
+        request: pb::ClaimDueRequest,
+    ) -> Result<pb::ClaimDueResponse, Error> {
+        Ok(self.inner.clone().claim_due(request).await?.into_inner())
+    }
+
+    /// The operator's service on the same connection.
+    pub fn admin(&self) -> AdminClient {
+        AdminClient {
+            inner: OperationAdminClient::new(self.channel.clone()),
+        }
+    }
+}
+
+/// The operator's calls (`opreg.v1.OperationAdmin`): the manual queue and the
+/// actions on operations the registry cannot settle by itself.
+#[derive(Clone, Debug)]
+pub struct AdminClient {
+    inner: OperationAdminClient<Channel>,
+}
+
+impl AdminClient {
+    pub async fn list_operations(
+        &self,
+        request: pb::ListOperationsRequest,
+    ) -> Result<pb::ListOperationsResponse, Error> {
+        Ok(self
+            .inner
+            .clone()
+            .list_operations(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn resolve(
+        &self,
+        request: pb::ResolveOperationRequest,
+    ) -> Result<pb::ResolveOperationResponse, Error> {
+        Ok(self
+            .inner
+            .clone()
+            .resolve_operation(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn requeue(
+        &self,
+        request: pb::RequeueOperationRequest,
+    ) -> Result<pb::RequeueOperationResponse, Error> {
+        Ok(self
+            .inner
+            .clone()
+            .requeue_operation(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn hold(
+        &self,
+        request: pb::HoldOperationRequest,
+    ) -> Result<pb::HoldOperationResponse, Error> {
+        Ok(self
+            .inner
+            .clone()
+            .hold_operation(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn release(
+        &self,
+        request: pb::ReleaseOperationRequest,
+    ) -> Result<pb::ReleaseOperationResponse, Error> {
+        Ok(self
+            .inner
+            .clone()
+            .release_operation(request)
+            .await?
+            .into_inner())
     }
 }
 

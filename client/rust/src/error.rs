@@ -26,6 +26,9 @@ pub enum Error {
     /// `ORIGINAL_OUTCOME_UNKNOWN`, `NOTHING_TO_COMPENSATE` or `ALREADY_COMPENSATED`.
     #[error("compensation refused: {reason}")]
     Compensation { reason: String },
+    /// An operator action the operation's status does not allow.
+    #[error("invalid transition: the operation is {current_status} (held: {held})")]
+    InvalidTransition { current_status: String, held: bool },
     /// `OPERATION_NOT_FOUND` or `RESOURCE_NOT_FOUND`.
     #[error("not found: {reason}")]
     NotFound { reason: String },
@@ -73,6 +76,10 @@ impl From<tonic::Status> for Error {
                 current: token("currentToken"),
             },
             "ALREADY_COMPLETED" => Error::AlreadyCompleted,
+            "INVALID_TRANSITION" => Error::InvalidTransition {
+                current_status: meta("currentStatus"),
+                held: meta("held") == "true",
+            },
             "LEASE_NOT_HELD" => Error::LeaseNotHeld,
             "ORIGINAL_OUTCOME_UNKNOWN" | "NOTHING_TO_COMPENSATE" | "ALREADY_COMPENSATED" => {
                 Error::Compensation {

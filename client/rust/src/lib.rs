@@ -5,18 +5,24 @@
 //! - [`RunOnce`]: the protocol done right — claim, renew while working, stop
 //!   when the lease is lost, complete, retry transport failures inside one
 //!   deadline.
+//! - [`Worker`]: pulls due work (ClaimDue) and runs each operation under its
+//!   lease by the same rules, with bounded concurrency and a graceful stop.
+//! - [`AdminClient`]: the operator's queue and actions.
 //! - [`parameters`] and [`parameters_digest`]: the contract's parameter rule.
 
 mod backoff;
 mod client;
 mod error;
 mod run_once;
+mod worker;
 
-pub use client::{Client, ERROR_DOMAIN, error_info, error_reason};
+pub use client::{AdminClient, Client, ERROR_DOMAIN, error_info, error_reason};
 pub use error::Error;
 pub use opreg_proto::v1 as proto;
+pub use opreg_proto::v1::operation_admin_client::OperationAdminClient;
 pub use opreg_proto::v1::operation_registry_client::OperationRegistryClient;
 pub use run_once::{Completed, LeaseHandle, RunError, RunOnce, Success, Verdict, WorkError};
+pub use worker::{Worker, WorkerReport, operation_kind};
 
 /// Connects to an opreg server, e.g. `http://127.0.0.1:50051`, returning the
 /// generated stub.

@@ -73,6 +73,12 @@ pub enum WorkError {
         message: String,
         retry_after: Option<Duration>,
     },
+    /// Worth another attempt, classified for operators (`last_error_class`).
+    Retryable {
+        error_class: String,
+        message: String,
+        retry_after: Option<Duration>,
+    },
     /// The request left but its answer did not come back: it may have taken
     /// effect. Recorded as unknown, to be reconciled before anything else.
     SentButUnconfirmed { remote_ref: String, message: String },
@@ -111,6 +117,11 @@ pub enum RunError {
     },
     #[error("the operation is dead: its retry budget is exhausted; manual action is needed")]
     Dead,
+    /// An operator froze the operation while it is investigated: wait, or ask them.
+    #[error(
+        "the operation is held by an operator; claim again after {retry_after:?} or ask the operator"
+    )]
+    Held { retry_after: Duration },
     #[error("the lease was lost to another execution; the work was stopped")]
     LeaseLost,
     #[error("the outcome is unknown (remote reference {remote_ref:?}); it must be reconciled")]
@@ -218,6 +229,32 @@ impl RunOnce {
         }
     }
 
+    /// The helper for one operation handed out by ClaimDue: the key and
+    /// namespace are the operation's, the owner and lease length the worker's.
+    pub(crate) fn for_handed(
+        client: &Client,
+        operation: &pb::Operation,
+        owner: &str,
+        lease_ttl: Duration,
+        deadline: Duration,
+    ) -> Self {
+        let request = pb::ClaimRequest {
+            namespace: operation.namespace.clone(),
+            operation_key: operation.operation_key.clone(),
+            owner: owner.into(),
+            lease_ttl: Some(proto_duration(lease_ttl)),
+            ..Default::default()
+        };
+        Self {
+            client: client.clone(),
+            request,
+            renew_every: None,
+            deadline,
+            call_timeout: Duration::from_secs(10),
+            reconcile: None,
+        }
+    }
+
     /// Identify the parameters by a digest computed here instead of sending them.
     pub fn parameters_digest(mut self, digest: Vec<u8>) -> Self {
         self.request.fingerprint = Some(pb::claim_request::Fingerprint::ParametersDigest(digest));
@@ -293,6 +330,11 @@ impl RunOnce {
             let next = match claimed.outcome() {
                 ClaimOutcome::Replayed => return replayed(operation),
                 ClaimOutcome::Dead => return Err(RunError::Dead),
+                ClaimOutcome::Held => {
+                    return Err(RunError::Held {
+                        retry_after: claimed.retry_after.map_or(Duration::ZERO, std_duration),
+                    });
+                }
                 ClaimOutcome::InProgress | ClaimOutcome::RetryLater => {
                     let wait = claimed
                         .retry_after
@@ -302,13 +344,9 @@ impl RunOnce {
                     }
                     continue;
                 }
-                ClaimOutcome::Acquired => {
-                    let held = self.hold(claimed.lease.ok_or_else(|| missing("lease"))?);
-                    self.work_under(held, &mut work, deadline).await?
-                }
-                ClaimOutcome::Reconcile => {
-                    let held = self.hold(claimed.lease.ok_or_else(|| missing("lease"))?);
-                    self.reconcile_under(held, operation.remote_ref, &mut work, deadline)
+                outcome @ (ClaimOutcome::Acquired | ClaimOutcome::Reconcile) => {
+                    let lease = claimed.lease.ok_or_else(|| missing("lease"))?;
+                    self.execute(outcome, lease, operation.remote_ref, &mut work, deadline)
                         .await?
                 }
                 ClaimOutcome::Unspecified => return Err(missing("claim outcome")),
@@ -317,6 +355,53 @@ impl RunOnce {
                 Next::Done(completed) => return Ok(*completed),
                 Next::ClaimAgain => continue,
             }
+        }
+    }
+
+    /// Acts on a lease this caller was handed (ACQUIRED: run the work;
+    /// RECONCILE: reconcile first), renewing it meanwhile, and records the result.
+    async fn execute<W, Fut>(
+        &mut self,
+        outcome: ClaimOutcome,
+        lease: pb::Lease,
+        remote_ref: String,
+        work: &mut W,
+        deadline: Instant,
+    ) -> Result<Next, RunError>
+    where
+        W: FnMut(LeaseHandle) -> Fut,
+        Fut: Future<Output = Result<Success, WorkError>>,
+    {
+        let held = self.hold(lease);
+        if outcome == ClaimOutcome::Reconcile {
+            self.reconcile_under(held, remote_ref, work, deadline).await
+        } else {
+            self.work_under(held, work, deadline).await
+        }
+    }
+
+    /// Runs one operation handed out by ClaimDue under its lease, by the same
+    /// rules as [`RunOnce::run`]: `Ok(None)` when a retry was scheduled (the
+    /// queue hands it out again when due).
+    pub(crate) async fn run_handed<W, Fut>(
+        mut self,
+        handed: pb::DueOperation,
+        mut work: W,
+    ) -> Result<Option<Completed>, RunError>
+    where
+        W: FnMut(LeaseHandle) -> Fut,
+        Fut: Future<Output = Result<Success, WorkError>>,
+    {
+        let deadline = after(self.deadline);
+        let outcome = handed.outcome();
+        let lease = handed.lease.ok_or_else(|| missing("lease"))?;
+        let remote_ref = handed.operation.unwrap_or_default().remote_ref;
+        match self
+            .execute(outcome, lease, remote_ref, &mut work, deadline)
+            .await?
+        {
+            Next::Done(completed) => Ok(Some(*completed)),
+            Next::ClaimAgain => Ok(None),
         }
     }
 
@@ -394,14 +479,12 @@ impl RunOnce {
             Err(WorkError::Transient {
                 message,
                 retry_after,
-            }) => (
-                Outcome::Retryable(pb::RetryableError {
-                    error_class: "transient".into(),
-                    message,
-                    retry_after: retry_after.map(proto_duration),
-                }),
-                None,
-            ),
+            }) => (retryable("transient", message, retry_after), None),
+            Err(WorkError::Retryable {
+                error_class,
+                message,
+                retry_after,
+            }) => (retryable(error_class, message, retry_after), None),
             Err(WorkError::SentButUnconfirmed {
                 remote_ref,
                 message,
@@ -486,6 +569,7 @@ impl RunOnce {
             namespace: self.request.namespace.clone(),
             operation_key: self.request.operation_key.clone(),
             include_executions: true,
+            ..Default::default()
         };
         let unrecorded = || RunError::Unrecorded {
             reason: doubt.to_string(),
@@ -554,6 +638,18 @@ impl RunOnce {
             .unwrap_or(self.ttl() / 3)
             .max(Duration::from_millis(10))
     }
+}
+
+fn retryable(
+    error_class: impl Into<String>,
+    message: String,
+    retry_after: Option<Duration>,
+) -> Outcome {
+    Outcome::Retryable(pb::RetryableError {
+        error_class: error_class.into(),
+        message,
+        retry_after: retry_after.map(proto_duration),
+    })
 }
 
 /// How many call timeouts Complete may still use once the overall deadline passed.

@@ -37,6 +37,23 @@ OPREG_ENDPOINT=http://127.0.0.1:9 expect 6 "nothing listens: unavailable" lookup
 replay=$("$opreg" claim k --owner c --params '{"amount":100.0}' -o json)
 if echo "$replay" | grep -q '"outcome": "REPLAYED"'; then echo "ok   replay shows REPLAYED"; else echo "FAIL replay: $replay"; failures=$((failures + 1)); fi
 
+# The operator's verbs.
+export OPREG_OPERATOR=ci
+expect 0 "claim a second operation" claim d --owner a --params '{"n":1}'
+expect 0 "hold it" hold d --reason "investigating"
+expect 4 "holding it twice is an invalid transition" hold d --reason "again"
+expect 0 "list the held ones" list --held
+expect 0 "release it (the revoked lease leaves it unknown)" release d --reason "checked"
+expect 0 "resolve the unknown outcome" resolve d --reason "PSP statement" success --result paid
+expect 4 "resolving a succeeded operation is an invalid transition" resolve k --reason "no" success
+expect 4 "requeueing a succeeded operation is an invalid transition" requeue k --reason "no"
+expect 2 "an action without a reason is a usage error" hold k
+expect 3 "holding an unknown key" hold missing --reason "x"
+expect 0 "pull due work" due --owner worker-1
+expect 0 "lookup with the audit trail and parameters" lookup d --audit --parameters
+audit=$("$opreg" lookup d --audit -o json)
+if echo "$audit" | grep -q '"action": "RESOLVE"'; then echo "ok   the audit trail shows the resolution"; else echo "FAIL audit: $audit"; failures=$((failures + 1)); fi
+
 if ((failures)); then
   echo "cli: $failures check(s) failed"
   exit 1

@@ -3,7 +3,7 @@
 // of the classes below, all extending OpregError.
 import { Metadata, status as GrpcStatus, type ServiceError } from "@grpc/grpc-js";
 
-import type { Operation } from "./gen/opreg/v1/registry";
+import { OperationStatus, operationStatusFromJSON, type Operation } from "./gen/opreg/v1/registry";
 import { decodeRpcStatus, type ErrorInfo, type FieldViolation } from "./rpcStatus";
 
 export const ERROR_DOMAIN = "opreg";
@@ -114,6 +114,31 @@ export class AlreadyCompensatedError extends CompensationError {
   }
 }
 
+/**
+ * FAILED_PRECONDITION / INVALID_TRANSITION: an OperationAdmin action the
+ * operation's status does not allow (e.g. requeueing a SUCCEEDED operation).
+ */
+export class InvalidTransitionError extends OpregError {
+  /** The status the operation had; undefined when the server named none this client knows. */
+  readonly currentStatus: OperationStatus | undefined;
+  /** Whether an operator held it; undefined when the server did not say. */
+  readonly held: boolean | undefined;
+
+  constructor(init: OpregErrorInit) {
+    super(init);
+    this.currentStatus = statusOf(this.metadata["currentStatus"]);
+    const held = this.metadata["held"];
+    this.held = held === "true" ? true : held === "false" ? false : undefined;
+  }
+}
+
+/** An OperationStatus enum name (`OPERATION_STATUS_DEAD`) as the enum; undefined when absent or unknown. */
+function statusOf(name: string | undefined): OperationStatus | undefined {
+  if (name === undefined) return undefined;
+  const status = operationStatusFromJSON(name);
+  return status === OperationStatus.UNRECOGNIZED ? undefined : status;
+}
+
 /** NOT_FOUND: OPERATION_NOT_FOUND or RESOURCE_NOT_FOUND (see `reason`). */
 export class NotFoundError extends OpregError {}
 
@@ -196,6 +221,27 @@ export class OperationDeadError extends OpregError {
 }
 
 /**
+ * The Claim answered HELD: an operator froze the operation while it is
+ * investigated. runOnce throws it at once rather than waiting it out, so the
+ * caller learns of the hold; claim again after `retryAfterMs` or ask the operator.
+ */
+export class OperationHeldError extends OpregError {
+  readonly operation: Operation | undefined;
+  /** The server's retry_after, in milliseconds. */
+  readonly retryAfterMs: number;
+
+  constructor(operation: Operation | undefined, retryAfterMs: number) {
+    super({
+      message: `operation ${operation?.namespace}/${operation?.operationKey} is HELD by an operator; claim again in ${retryAfterMs} ms`,
+      code: GrpcStatus.FAILED_PRECONDITION,
+      reason: "HELD",
+    });
+    this.operation = operation;
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+/**
  * The Claim answered RECONCILE and runOnce had no `reconcile` option. The outcome
  * stays unknown (reported again as unknown) until a caller reconciles it.
  */
@@ -222,6 +268,7 @@ const BY_REASON: Record<string, new (init: OpregErrorInit) => OpregError> = {
   ALREADY_COMPENSATED: AlreadyCompensatedError,
   OPERATION_NOT_FOUND: NotFoundError,
   RESOURCE_NOT_FOUND: NotFoundError,
+  INVALID_TRANSITION: InvalidTransitionError,
   INVALID_ARGUMENT: InvalidArgumentError,
   STORE_UNAVAILABLE: UnavailableError,
   INTERNAL: InternalError,
@@ -301,14 +348,19 @@ export class BusinessError extends Error {
   }
 }
 
-/** A failure worth retrying later: reported as retryable, optionally with downstream pushback. */
+/**
+ * A failure worth retrying later: reported as retryable, optionally with
+ * downstream pushback, under `errorClass` (default: the error's name).
+ */
 export class TransientError extends Error {
   readonly retryAfterMs: number | undefined;
+  readonly errorClass: string | undefined;
 
-  constructor(message: string, options: { retryAfterMs?: number; cause?: unknown } = {}) {
+  constructor(message: string, options: { retryAfterMs?: number; errorClass?: string; cause?: unknown } = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = new.target.name;
     this.retryAfterMs = options.retryAfterMs;
+    this.errorClass = options.errorClass;
   }
 }
 

@@ -13,6 +13,7 @@ import {
   ExecutionOutcome,
   LeaseLostError,
   OperationDeadError,
+  OperationHeldError,
   InternalError,
   OperationStatus,
   OpregClient,
@@ -423,6 +424,33 @@ describe("runOnce", () => {
     assert.equal(found.operation!.status, OperationStatus.OPERATION_STATUS_DEAD);
     const dead = await client.runOnce(ns, k, { n: 1 }, () => "never").catch((e) => e);
     assert.ok(dead instanceof OperationDeadError, String(dead));
+  });
+
+  test("HELD: OperationHeldError at once, carrying retry_after; the work does not run", T, async () => {
+    const k = key("held");
+    await client
+      .runOnce(ns, k, { n: 1 }, () => { throw new TransientError("busy", { retryAfterMs: 100 }); })
+      .catch(() => undefined);
+    await client.holdOperation({ namespace: ns, operationKey: k, operator: "alice", reason: "investigating" });
+    const other = new OpregClient(server.address);
+    const calls = spy(other);
+    try {
+      let runs = 0;
+      const started = Date.now();
+      const error = await other.runOnce(ns, k, { n: 1 }, () => { runs++; return "never"; }, { timeoutMs: 60_000 }).catch((e) => e);
+      assert.ok(error instanceof OperationHeldError, String(error));
+      assert.ok(Date.now() - started < 1_000, "not waited out");
+      assert.equal(error.reason, "HELD");
+      assert.ok(error.retryAfterMs > 0, `retryAfterMs ${error.retryAfterMs}`);
+      assert.equal(error.operation?.held, true);
+      assert.equal(calls.claim.length, 1);
+      assert.equal(runs, 0);
+    } finally {
+      other.close();
+    }
+    await client.releaseOperation({ namespace: ns, operationKey: k, operator: "alice", reason: "done" });
+    const after = await client.runOnce(ns, k, { n: 1 }, () => "after the hold", { timeoutMs: 10_000 });
+    assert.equal(after.text, "after the hold");
   });
 
   test("AbortSignal cancels waiting", T, async () => {

@@ -1,7 +1,9 @@
 // Starts the real opreg server for a test file: the binary from OPREG_SERVER_BIN
 // (default <repo>/target/debug/opreg-server), an embedded PostgreSQL in a private
-// temporary directory, a free port on 127.0.0.1. stop() sends SIGTERM and waits
-// for the server (which stops PostgreSQL itself) to exit.
+// temporary directory, a free port on 127.0.0.1 and an OS-chosen port for the
+// metrics endpoint (so that neither collides with a server already running on
+// the default ports). stop() sends SIGTERM and waits for the server (which
+// stops PostgreSQL itself) to exit.
 import { spawn, type ChildProcess } from "node:child_process";
 import { chmodSync, mkdtempSync, openSync, closeSync, readFileSync, rmSync, existsSync } from "node:fs";
 import { connect, createServer } from "node:net";
@@ -62,6 +64,7 @@ export async function startServer(env: Record<string, string> = {}): Promise<Tes
       ...process.env,
       OPREG_DATA_DIR: join(dir, "pg"),
       OPREG_LISTEN_ADDR: `127.0.0.1:${port}`,
+      OPREG_METRICS_ADDR: "127.0.0.1:0",
       ...env,
     },
     stdio: ["ignore", log, log],
@@ -69,9 +72,11 @@ export async function startServer(env: Record<string, string> = {}): Promise<Tes
   closeSync(log);
   running.add(child);
   let exited = false;
+  let exitStatus = "";
   const exit = new Promise<void>((resolveExit) => {
-    child.once("exit", () => {
+    child.once("exit", (code, signal) => {
       exited = true;
+      exitStatus = signal === null ? `exit code ${code}` : `signal ${signal}`;
       running.delete(child);
       resolveExit();
     });
@@ -92,7 +97,8 @@ export async function startServer(env: Record<string, string> = {}): Promise<Tes
     if (exited || Date.now() - started > 60_000) {
       const output = readFileSync(logPath, "utf8");
       await stop();
-      throw new Error(`opreg server did not start on port ${port}:\n${output}`);
+      const why = exited ? `it exited (${exitStatus})` : "it did not listen within 60 s";
+      throw new Error(`opreg server did not start on port ${port}: ${why}:\n${output}`);
     }
     await new Promise((r) => setTimeout(r, 100));
   }

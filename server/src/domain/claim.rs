@@ -16,7 +16,13 @@ pub enum ClaimOutcome {
     RetryLater,
     Reconcile,
     Dead,
+    /// An operator holds the operation.
+    Held,
 }
+
+/// How long a caller told HELD waits before asking again: holds last as long
+/// as an investigation, so callers should not poll them tightly.
+pub const HELD_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// The step a Claim takes on an existing operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +45,12 @@ pub fn decide(operation: &Operation, owner: &str, now: DateTime<Utc>) -> ClaimSt
         outcome,
         retry_after,
     };
+    if let Status::Succeeded | Status::Failed = operation.status {
+        return answer(ClaimOutcome::Replayed, None);
+    }
+    if operation.is_held() {
+        return answer(ClaimOutcome::Held, Some(HELD_RETRY_AFTER));
+    }
     match operation.status {
         Status::Succeeded | Status::Failed => answer(ClaimOutcome::Replayed, None),
         Status::Dead => answer(ClaimOutcome::Dead, None),
@@ -89,9 +101,9 @@ pub fn started_outcome(kind: ExecutionKind) -> ClaimOutcome {
     }
 }
 
-/// No attempt starts once `max_attempts` ran or after the deadline.
+/// No attempt starts once the budget's attempts ran or after its deadline.
 fn budget_exhausted(operation: &Operation, now: DateTime<Utc>) -> bool {
-    operation.attempts >= operation.max_attempts || now > operation.deadline_at
+    operation.attempts >= operation.budget.max_attempts || now > operation.budget.deadline_at
 }
 
 fn until(now: DateTime<Utc>, at: DateTime<Utc>) -> Duration {
@@ -101,29 +113,34 @@ fn until(now: DateTime<Utc>, at: DateTime<Utc>) -> Duration {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::domain::ids::{FencingToken, Namespace, OperationKey};
+    use crate::domain::operation::Budget;
     use chrono::TimeDelta;
     use proptest::prelude::*;
 
     pub(crate) fn operation(status: Status, now: DateTime<Utc>) -> Operation {
         let leased = status == Status::InProgress;
         Operation {
-            namespace: "ns".into(),
-            operation_key: "key".into(),
+            namespace: Namespace::from_stored("ns".into()),
+            operation_key: OperationKey::from_stored("key".into()),
             status,
             parameters_digest: vec![0; 32],
             parameters_canonical: None,
             compensates: None,
             compensated_by: None,
-            fencing_token: 7,
+            fencing_token: FencingToken::from_stored(7),
             lease_owner: leased.then(|| "holder".into()),
             lease_expires_at: leased.then(|| now + TimeDelta::seconds(30)),
             lease_takeover: false,
             attempts: 1,
             reconciling: false,
-            max_attempts: 5,
-            initial_backoff_us: 1_000_000,
-            max_backoff_us: 300_000_000,
-            deadline_at: now + TimeDelta::hours(24),
+            budget: Budget {
+                max_attempts: 5,
+                base_attempts: 0,
+                initial_backoff: Duration::from_secs(1),
+                max_backoff: Duration::from_secs(300),
+                deadline_at: now + TimeDelta::hours(24),
+            },
             next_attempt_at: (status == Status::RetryScheduled)
                 .then(|| now + TimeDelta::seconds(5)),
             result: None,
@@ -133,6 +150,8 @@ pub(crate) mod tests {
             remote_ref: None,
             last_error_class: None,
             last_error_message: None,
+            held_at: None,
+            hold_revoked_lease: false,
             created_at: now,
             updated_at: now,
             completed_at: None,
@@ -168,7 +187,7 @@ pub(crate) mod tests {
         let now = Utc::now();
         let mut op = operation(Status::InProgress, now);
         op.reconciling = true;
-        op.attempts = op.max_attempts;
+        op.attempts = op.budget.max_attempts;
         op.lease_expires_at = Some(now - TimeDelta::seconds(1));
         assert_eq!(
             decide(&op, "other", now),
@@ -185,7 +204,7 @@ pub(crate) mod tests {
             decide(&op, "other", now),
             ClaimStep::Start(ExecutionKind::Takeover)
         );
-        op.attempts = op.max_attempts;
+        op.attempts = op.budget.max_attempts;
         assert_eq!(decide(&op, "other", now), ClaimStep::Exhaust);
     }
 
@@ -193,8 +212,9 @@ pub(crate) mod tests {
         #[test]
         fn decisions_respect_the_state_machine(
             status in status(),
+            held: bool,
             offset_ms in -60_000i64..60_000,
-            attempts in 0i32..8,
+            attempts in 0u32..8,
             reconciling: bool,
             same_owner: bool,
         ) {
@@ -206,7 +226,13 @@ pub(crate) mod tests {
             if status == Status::InProgress { op.lease_expires_at = Some(at); }
             if status == Status::RetryScheduled { op.next_attempt_at = Some(at); }
             let owner = if same_owner { "holder" } else { "other" };
+            let held = held && !matches!(status, Status::Succeeded | Status::Failed);
+            if held { op.held_at = Some(now); }
             let step = decide(&op, owner, now);
+            if held {
+                prop_assert_eq!(step, ClaimStep::Answer { outcome: ClaimOutcome::Held, retry_after: Some(HELD_RETRY_AFTER) });
+                return Ok(());
+            }
             match step {
                 ClaimStep::Answer { outcome: ClaimOutcome::Replayed, .. } =>
                     prop_assert!(matches!(status, Status::Succeeded | Status::Failed)),
@@ -222,10 +248,11 @@ pub(crate) mod tests {
                 ClaimStep::Start(ExecutionKind::Reconcile) =>
                     prop_assert!(status == Status::Unknown || (op.reconciling && at <= now)),
                 ClaimStep::Start(kind) => {
-                    prop_assert!(at <= now && attempts < op.max_attempts && !op.reconciling);
+                    prop_assert!(at <= now && attempts < op.budget.max_attempts && !op.reconciling);
                     prop_assert!(kind != ExecutionKind::First);
                 }
-                ClaimStep::Exhaust => prop_assert!(at <= now && attempts >= op.max_attempts),
+                ClaimStep::Exhaust => prop_assert!(at <= now && attempts >= op.budget.max_attempts),
+                ClaimStep::Answer { outcome: ClaimOutcome::Held, .. } => prop_assert!(false, "held without a hold"),
             }
         }
     }

@@ -3,58 +3,118 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
+use super::admin::{Actor, Resolution};
 use super::complete::Report;
+use super::ids::{FencingToken, Namespace, OperationKey};
+use super::operation::Status;
 use super::parameters::Fingerprint;
 use super::policy::RetryPolicy;
 
 #[derive(Clone, Debug)]
 pub struct ClaimCommand {
-    pub namespace: String,
-    pub operation_key: String,
+    pub namespace: Namespace,
+    pub operation_key: OperationKey,
     pub fingerprint: Fingerprint,
-    pub owner: String,
-    pub execution_id: String,
-    pub lease_ttl: Duration,
+    pub lease: LeaseRequest,
     /// The caller's policy, or the server default; used only on registration.
     pub retry_policy: RetryPolicy,
-    pub compensates: Option<String>,
+    pub compensates: Option<OperationKey>,
+}
+
+/// Who asks for a lease, and for how long.
+#[derive(Clone, Debug)]
+pub struct LeaseRequest {
+    pub owner: String,
+    pub execution_id: String,
+    pub ttl: Duration,
+}
+
+/// A worker pulling due work in one namespace.
+#[derive(Clone, Debug)]
+pub struct ClaimDueCommand {
+    pub namespace: Namespace,
+    pub lease: LeaseRequest,
+    pub limit: u32,
 }
 
 #[derive(Clone, Debug)]
 pub struct CompleteCommand {
-    pub namespace: String,
-    pub operation_key: String,
-    pub fencing_token: i64,
+    pub namespace: Namespace,
+    pub operation_key: OperationKey,
+    pub fencing_token: FencingToken,
     pub report: Report,
 }
 
 #[derive(Clone, Debug)]
 pub struct RenewCommand {
-    pub namespace: String,
-    pub operation_key: String,
+    pub namespace: Namespace,
+    pub operation_key: OperationKey,
     pub owner: String,
-    pub fencing_token: i64,
+    pub fencing_token: FencingToken,
     pub lease_ttl: Duration,
 }
 
 #[derive(Clone, Debug)]
 pub struct FencedWriteCommand {
-    pub namespace: String,
+    pub namespace: Namespace,
     pub resource: String,
-    pub operation_key: String,
-    pub fencing_token: i64,
+    pub operation_key: OperationKey,
+    pub fencing_token: FencingToken,
     pub value: Vec<u8>,
 }
 
 #[derive(Clone, Debug)]
 pub struct LookupQuery {
-    pub namespace: String,
-    pub operation_key: String,
+    pub namespace: Namespace,
+    pub operation_key: OperationKey,
     pub include_executions: bool,
+    pub include_audit: bool,
 }
 
 #[derive(Clone, Debug)]
 pub struct ResourceQuery {
-    pub namespace: String,
+    pub namespace: Namespace,
     pub resource: String,
+}
+
+/// Names the operation an operator acts on, and who acts.
+#[derive(Clone, Debug)]
+pub struct AdminTarget {
+    pub namespace: Namespace,
+    pub operation_key: OperationKey,
+    pub actor: Actor,
+}
+
+#[derive(Clone, Debug)]
+pub enum AdminCommand {
+    Resolve(Resolution),
+    Requeue {
+        revision: String,
+        policy: RetryPolicy,
+    },
+    Hold,
+    Release,
+}
+
+/// A page of the operator's queue.
+#[derive(Clone, Debug)]
+pub struct ListQuery {
+    pub namespace: Namespace,
+    /// Unfinished statuses only; never empty.
+    pub statuses: Vec<Status>,
+    pub expired_leases_only: bool,
+    pub older_than: Option<Duration>,
+    pub held_only: bool,
+    pub page_size: u32,
+    pub after: Option<PageCursor>,
+}
+
+/// Where a page of the queue ends: operations are listed by registration time,
+/// then key, so rows inserted meanwhile land after every cursor already given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageCursor {
+    pub created_at: DateTime<Utc>,
+    pub operation_key: OperationKey,
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
+use super::ids::FencingToken;
 use super::operation::{Execution, ExecutionOutcome, Operation, Status};
 
 /// What the holder of a lease reports.
@@ -102,9 +103,10 @@ pub enum CompleteStep {
     Repeat,
     /// A different report was recorded for this token.
     AlreadyCompleted,
-    /// The token is not the operation's current lease.
+    /// The token is not the operation's current lease, or an operator holds
+    /// the operation.
     Stale {
-        current: i64,
+        current: FencingToken,
     },
     Record(Transition),
 }
@@ -114,7 +116,7 @@ pub enum CompleteStep {
 pub fn decide(
     operation: &Operation,
     execution: Option<&Execution>,
-    token: i64,
+    token: FencingToken,
     report: &Report,
     now: DateTime<Utc>,
     jitter_unit: f64,
@@ -129,6 +131,7 @@ pub fn decide(
     if execution.is_none()
         || operation.fencing_token != token
         || operation.status != Status::InProgress
+        || operation.is_held()
     {
         return CompleteStep::Stale {
             current: operation.fencing_token,
@@ -152,18 +155,18 @@ fn transition(
         Report::Failure { .. } => settled(Status::Failed),
         Report::Unknown { .. } => settled(Status::Unknown),
         Report::Retryable { retry_after, .. } => {
-            if operation.attempts >= operation.max_attempts {
+            if operation.attempts >= operation.budget.max_attempts {
                 return settled(Status::Dead);
             }
-            let policy = operation.retry_policy();
+            let policy = operation.backoff_policy();
             // Downstream pushback is honoured as given, even past max_backoff.
             let delay = retry_after
-                .unwrap_or_else(|| policy.full_jitter(operation.attempts(), jitter_unit));
+                .unwrap_or_else(|| policy.full_jitter(operation.budget_attempts(), jitter_unit));
             let due_at = chrono::TimeDelta::from_std(delay).map_or(DateTime::<Utc>::MAX_UTC, |d| {
                 now.checked_add_signed(d)
                     .unwrap_or(DateTime::<Utc>::MAX_UTC)
             });
-            if due_at > operation.deadline_at {
+            if due_at > operation.budget.deadline_at {
                 settled(Status::Dead)
             } else {
                 Transition {
@@ -182,9 +185,13 @@ mod tests {
     use crate::domain::operation::ExecutionKind;
     use proptest::prelude::*;
 
-    fn running(token: i64) -> Execution {
+    fn token(value: i64) -> FencingToken {
+        FencingToken::from_stored(value)
+    }
+
+    fn running(value: i64) -> Execution {
         Execution {
-            fencing_token: token,
+            fencing_token: token(value),
             attempt: 1,
             kind: ExecutionKind::First,
             execution_id: String::new(),
@@ -217,7 +224,7 @@ mod tests {
         };
         execution.outcome_digest = Some(success.digest());
         assert_eq!(
-            decide(&op, Some(&execution), 7, &success, now, 0.5),
+            decide(&op, Some(&execution), token(7), &success, now, 0.5),
             CompleteStep::Repeat
         );
         let failure = Report::Failure {
@@ -225,7 +232,7 @@ mod tests {
             message: String::new(),
         };
         assert_eq!(
-            decide(&op, Some(&execution), 7, &failure, now, 0.5),
+            decide(&op, Some(&execution), token(7), &failure, now, 0.5),
             CompleteStep::AlreadyCompleted
         );
     }
@@ -236,12 +243,12 @@ mod tests {
         let op = operation(Status::InProgress, now);
         let report = retryable(None);
         assert_eq!(
-            decide(&op, Some(&running(3)), 3, &report, now, 0.5),
-            CompleteStep::Stale { current: 7 }
+            decide(&op, Some(&running(3)), token(3), &report, now, 0.5),
+            CompleteStep::Stale { current: token(7) }
         );
         assert_eq!(
-            decide(&op, None, 7, &report, now, 0.5),
-            CompleteStep::Stale { current: 7 }
+            decide(&op, None, token(7), &report, now, 0.5),
+            CompleteStep::Stale { current: token(7) }
         );
     }
 
@@ -251,7 +258,14 @@ mod tests {
         let op = operation(Status::InProgress, now);
         let long = Duration::from_secs(3_600);
         assert_eq!(
-            decide(&op, Some(&running(7)), 7, &retryable(Some(long)), now, 0.5),
+            decide(
+                &op,
+                Some(&running(7)),
+                token(7),
+                &retryable(Some(long)),
+                now,
+                0.5
+            ),
             CompleteStep::Record(Transition {
                 status: Status::RetryScheduled,
                 retry_in: Some(long)
@@ -262,7 +276,7 @@ mod tests {
             decide(
                 &op,
                 Some(&running(7)),
-                7,
+                token(7),
                 &retryable(Some(past_deadline)),
                 now,
                 0.5
@@ -277,19 +291,19 @@ mod tests {
     proptest! {
         #[test]
         fn retryable_failures_schedule_within_the_cap_or_die_at_the_budget(
-            attempts in 1i32..10,
+            attempts in 1u32..10,
             unit in 0.0f64..=1.0,
         ) {
             let now = Utc::now();
             let mut op = operation(Status::InProgress, now);
             op.attempts = attempts;
-            let step = decide(&op, Some(&running(7)), 7, &retryable(None), now, unit);
+            let step = decide(&op, Some(&running(7)), token(7), &retryable(None), now, unit);
             let CompleteStep::Record(transition) = step else { panic!("{step:?}") };
-            if attempts >= op.max_attempts {
+            if attempts >= op.budget.max_attempts {
                 prop_assert_eq!(transition.status, Status::Dead);
             } else {
                 prop_assert_eq!(transition.status, Status::RetryScheduled);
-                let cap = op.retry_policy().backoff_cap(op.attempts());
+                let cap = op.backoff_policy().backoff_cap(op.budget_attempts());
                 prop_assert!(transition.retry_in.unwrap() <= cap);
             }
         }

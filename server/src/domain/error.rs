@@ -41,6 +41,11 @@ pub enum RegistryError {
     NothingToCompensate,
     #[error("the original operation is already compensated by {by}")]
     AlreadyCompensated { by: String },
+    #[error("the operation's status ({}{}) does not allow this action", .current.as_str(), if *.held { ", held" } else { "" })]
+    InvalidTransition {
+        current: super::operation::Status,
+        held: bool,
+    },
     #[error("no such operation")]
     OperationNotFound,
     #[error("no such resource")]

@@ -1,10 +1,12 @@
 //! The registry's rules, free of transport and SQL: validated inputs, the
 //! state machine, fingerprints, budgets. Everything here is pure.
 
+pub mod admin;
 pub mod claim;
 pub mod commands;
 pub mod complete;
 pub mod error;
+pub mod ids;
 pub mod operation;
 pub mod policy;
 

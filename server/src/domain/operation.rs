@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::ids::{FencingToken, Namespace, OperationKey};
 use super::policy::RetryPolicy;
 
 /// Gives a fieldless enum its stored text: `as_str`, `ALL` and `TryFrom<String>`.
@@ -51,27 +52,26 @@ stored_as_text!(Status {
     Dead => "dead",
 });
 
-/// One registered operation, as stored.
-#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+/// One registered operation.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Operation {
-    pub namespace: String,
-    pub operation_key: String,
-    #[sqlx(try_from = "String")]
+    pub namespace: Namespace,
+    pub operation_key: OperationKey,
     pub status: Status,
     pub parameters_digest: Vec<u8>,
+    /// RFC 8785 text of the parameters, when they were given as a Struct.
     pub parameters_canonical: Option<String>,
-    pub compensates: Option<String>,
-    pub compensated_by: Option<String>,
-    pub fencing_token: i64,
+    pub compensates: Option<OperationKey>,
+    pub compensated_by: Option<OperationKey>,
+    /// The last token issued; it outlives the lease so late callers learn it.
+    pub fencing_token: FencingToken,
     pub lease_owner: Option<String>,
     pub lease_expires_at: Option<DateTime<Utc>>,
     pub lease_takeover: bool,
-    pub attempts: i32,
+    /// Executions that counted against a budget, over the operation's life.
+    pub attempts: u32,
     pub reconciling: bool,
-    pub max_attempts: i32,
-    pub initial_backoff_us: i64,
-    pub max_backoff_us: i64,
-    pub deadline_at: DateTime<Utc>,
+    pub budget: Budget,
     pub next_attempt_at: Option<DateTime<Utc>>,
     pub result: Option<Vec<u8>>,
     pub result_ref: Option<String>,
@@ -80,15 +80,36 @@ pub struct Operation {
     pub remote_ref: Option<String>,
     pub last_error_class: Option<String>,
     pub last_error_message: Option<String>,
+    /// Set while an operator holds the operation.
+    pub held_at: Option<DateTime<Utc>>,
+    /// The hold revoked a live lease: on release the outcome is unknown.
+    pub hold_revoked_lease: bool,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub completed_at: Option<DateTime<Utc>>,
 }
 
+/// The retry budget in force: registration's, or a requeue's fresh one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    /// No attempt starts once `Operation::attempts` reaches this (absolute, so
+    /// a requeue extends it past the attempts already spent).
+    pub max_attempts: u32,
+    /// Attempts already spent when this budget began.
+    pub base_attempts: u32,
+    pub initial_backoff: std::time::Duration,
+    pub max_backoff: std::time::Duration,
+    /// No attempt starts after it.
+    pub deadline_at: DateTime<Utc>,
+}
+
 impl Operation {
     /// The lease, while the operation holds one (it outlives expiry until a
-    /// takeover or a Complete).
+    /// takeover or a Complete). A held operation has none to offer.
     pub fn lease(&self) -> Option<Lease> {
+        if self.is_held() {
+            return None;
+        }
         Some(Lease {
             owner: self.lease_owner.clone()?,
             fencing_token: self.fencing_token,
@@ -98,20 +119,34 @@ impl Operation {
         })
     }
 
-    pub fn retry_policy(&self) -> RetryPolicy {
-        let micros = |us: i64| std::time::Duration::from_micros(us.max(0).unsigned_abs());
+    pub fn is_held(&self) -> bool {
+        self.held_at.is_some()
+    }
+
+    /// True while a lease exists and has not expired at `now`.
+    pub fn lease_live_at(&self, now: DateTime<Utc>) -> bool {
+        self.status == Status::InProgress && self.lease_expires_at.is_some_and(|at| at > now)
+    }
+
+    /// Attempts spent under the current budget; backoff grows with these.
+    pub fn budget_attempts(&self) -> u32 {
+        self.attempts.saturating_sub(self.budget.base_attempts)
+    }
+
+    /// The backoff bounds of the current budget, for full jitter.
+    pub fn backoff_policy(&self) -> RetryPolicy {
         RetryPolicy {
-            max_attempts: self.max_attempts.max(1).unsigned_abs(),
-            initial_backoff: micros(self.initial_backoff_us),
-            max_backoff: micros(self.max_backoff_us),
-            deadline: (self.deadline_at - self.created_at)
+            max_attempts: self
+                .budget
+                .max_attempts
+                .saturating_sub(self.budget.base_attempts)
+                .max(1),
+            initial_backoff: self.budget.initial_backoff,
+            max_backoff: self.budget.max_backoff,
+            deadline: (self.budget.deadline_at - self.created_at)
                 .to_std()
                 .unwrap_or_default(),
         }
-    }
-
-    pub fn attempts(&self) -> u32 {
-        self.attempts.max(0).unsigned_abs()
     }
 }
 
@@ -119,9 +154,9 @@ impl Operation {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
     pub owner: String,
-    pub fencing_token: i64,
+    pub fencing_token: FencingToken,
     pub expires_at: DateTime<Utc>,
-    pub attempt: i32,
+    pub attempt: u32,
     pub takeover: bool,
 }
 
@@ -151,6 +186,8 @@ pub enum ExecutionOutcome {
     Unknown,
     /// The lease expired and another execution took over without a report.
     Superseded,
+    /// An operator revoked the lease (a hold or a resolution) before a report.
+    Revoked,
 }
 
 stored_as_text!(ExecutionOutcome {
@@ -160,32 +197,32 @@ stored_as_text!(ExecutionOutcome {
     Retryable => "retryable",
     Unknown => "unknown",
     Superseded => "superseded",
+    Revoked => "revoked",
 });
 
 /// One lease issued for an operation, and what its holder reported.
-#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Execution {
-    pub fencing_token: i64,
-    pub attempt: i32,
-    #[sqlx(try_from = "String")]
+    pub fencing_token: FencingToken,
+    pub attempt: u32,
     pub kind: ExecutionKind,
     pub execution_id: String,
     pub owner: String,
     pub started_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
-    #[sqlx(try_from = "String")]
     pub outcome: ExecutionOutcome,
+    /// Digest of the report its holder made; present once it reported.
     pub outcome_digest: Option<Vec<u8>>,
     pub error_class: Option<String>,
     pub message: Option<String>,
 }
 
 /// A resource protected by fencing.
-#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Resource {
     pub value: Vec<u8>,
-    pub fence: i64,
-    pub version: i64,
-    pub operation_key: String,
+    pub fence: FencingToken,
+    pub version: u64,
+    pub operation_key: OperationKey,
     pub updated_at: DateTime<Utc>,
 }

@@ -99,6 +99,27 @@ impl LeaseBounds {
     }
 }
 
+/// A setting with per-namespace overrides (`OPREG_NAMESPACE_*`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PerNamespace<T> {
+    pub default: T,
+    pub overrides: std::collections::HashMap<String, T>,
+}
+
+impl<T> PerNamespace<T> {
+    pub fn uniform(default: T) -> Self {
+        Self {
+            default,
+            overrides: std::collections::HashMap::new(),
+        }
+    }
+
+    /// The value in force for `namespace`.
+    pub fn get(&self, namespace: &str) -> &T {
+        self.overrides.get(namespace).unwrap_or(&self.default)
+    }
+}
+
 /// Microseconds for the database, rounded up so a bound is never shortened.
 pub fn micros_ceil(duration: Duration) -> i64 {
     i64::try_from(duration.as_nanos().div_ceil(1_000)).unwrap_or(i64::MAX)

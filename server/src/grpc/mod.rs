@@ -1,6 +1,7 @@
 //! The gRPC transport: thin handlers that convert at the edge, call the
 //! registry, and map its one error type to statuses.
 
+mod admin;
 mod requests;
 mod responses;
 mod status;
@@ -13,6 +14,7 @@ use crate::domain::error::RegistryError;
 use crate::registry::Registry;
 use crate::telemetry::metrics;
 
+pub use admin::AdminService;
 pub use requests::RequestLimits;
 
 /// `opreg.v1.OperationRegistry` over a [`Registry`].
@@ -66,7 +68,7 @@ impl OperationRegistry for RegistryService {
         .await;
         let outcome = match &answer {
             Ok(answer) => {
-                tracing::Span::current().record("token", answer.operation.fencing_token);
+                tracing::Span::current().record("token", answer.operation.fencing_token.get());
                 metrics::claim_outcome_label(answer.outcome)
             }
             Err(RegistryError::ParameterConflict { .. }) => {
@@ -95,7 +97,10 @@ impl OperationRegistry for RegistryService {
         }
         .await;
         reply(recorded, |operation| pb::CompleteResponse {
-            operation: Some(responses::operation(operation)),
+            operation: Some(responses::operation(
+                operation,
+                responses::Parameters::Omitted,
+            )),
         })
     }
 
@@ -104,16 +109,18 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::LookupRequest>,
     ) -> Result<Response<pb::LookupResponse>, Status> {
+        let parameters = if request.get_ref().include_parameters {
+            responses::Parameters::Included
+        } else {
+            responses::Parameters::Omitted
+        };
         let found = async {
             self.registry
                 .lookup(&requests::lookup(request.into_inner())?)
                 .await
         }
         .await;
-        reply(found, |(operation, history)| pb::LookupResponse {
-            operation: Some(responses::operation(operation)),
-            executions: history.into_iter().map(responses::execution).collect(),
-        })
+        reply(found, |answer| responses::lookup(answer, parameters))
     }
 
     #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, token = request.get_ref().fencing_token))]
@@ -161,5 +168,22 @@ impl OperationRegistry for RegistryService {
         }
         .await;
         reply(found, responses::resource)
+    }
+
+    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, owner = %request.get_ref().owner, handed = tracing::field::Empty))]
+    async fn claim_due(
+        &self,
+        request: Request<pb::ClaimDueRequest>,
+    ) -> Result<Response<pb::ClaimDueResponse>, Status> {
+        let handed = async {
+            self.registry
+                .claim_due(&requests::claim_due(request.into_inner(), &self.limits)?)
+                .await
+        }
+        .await;
+        if let Ok(handed) = &handed {
+            tracing::Span::current().record("handed", handed.len());
+        }
+        reply(handed, responses::claim_due)
     }
 }

@@ -4,16 +4,20 @@ use std::time::Duration;
 
 use opreg_proto::v1 as pb;
 
+use crate::domain::admin::{Actor, Resolution};
 use crate::domain::commands::{
-    ClaimCommand, CompleteCommand, FencedWriteCommand, LookupQuery, RenewCommand, ResourceQuery,
+    AdminCommand, AdminTarget, ClaimCommand, ClaimDueCommand, CompleteCommand, FencedWriteCommand,
+    LeaseRequest, ListQuery, LookupQuery, PageCursor, RenewCommand, ResourceQuery,
 };
 use crate::domain::complete::Report;
 use crate::domain::error::{FieldViolation, RegistryError, Result};
+use crate::domain::ids::{FencingToken, Namespace, OperationKey};
+use crate::domain::operation::Status;
 use crate::domain::parameters::{CALLER_DIGEST_LEN, Fingerprint};
 use crate::domain::policy::{LeaseBounds, RetryPolicy};
 use crate::domain::text::{
-    KEY_MAX_BYTES, LABEL_MAX_BYTES, MESSAGE_MAX_BYTES, NAMESPACE_MAX_BYTES, check_identifier,
-    check_required_text, check_text,
+    KEY_MAX_BYTES, LABEL_MAX_BYTES, MESSAGE_MAX_BYTES, check_identifier, check_required_text,
+    check_text,
 };
 
 /// The configured bounds requests are checked against.
@@ -40,21 +44,50 @@ impl Checks {
         outcome.map_err(|violation| self.0.push(violation)).ok()
     }
 
-    fn identity(&mut self, namespace: &str, operation_key: &str) {
-        self.check(check_identifier(
-            "namespace",
-            namespace,
-            NAMESPACE_MAX_BYTES,
-        ));
-        self.check(check_identifier(
-            "operation_key",
-            operation_key,
-            KEY_MAX_BYTES,
-        ));
+    fn namespace(&mut self, namespace: String) -> Option<Namespace> {
+        self.value(Namespace::parse("namespace", namespace))
     }
 
-    fn token(&mut self, token: u64) -> Option<i64> {
-        self.value(fencing_token(token))
+    fn identity(
+        &mut self,
+        namespace: String,
+        operation_key: String,
+    ) -> (Option<Namespace>, Option<OperationKey>) {
+        (
+            self.namespace(namespace),
+            self.value(OperationKey::parse("operation_key", operation_key)),
+        )
+    }
+
+    fn token(&mut self, token: u64) -> Option<FencingToken> {
+        self.value(FencingToken::parse("fencing_token", token))
+    }
+
+    /// The lease length asked for, within the bounds; the default when absent.
+    fn lease_ttl(
+        &mut self,
+        requested: Option<prost_types::Duration>,
+        bounds: &LeaseBounds,
+    ) -> Option<Duration> {
+        self.value(optional_duration("lease_ttl", requested))
+            .and_then(|ttl| self.value(bounds.resolve("lease_ttl", ttl)))
+    }
+
+    fn lease_request(
+        &mut self,
+        owner: String,
+        execution_id: String,
+        ttl: Option<prost_types::Duration>,
+        limits: &RequestLimits,
+    ) -> Option<LeaseRequest> {
+        self.check(check_required_text("owner", &owner, LABEL_MAX_BYTES));
+        self.check(check_text("execution_id", &execution_id, LABEL_MAX_BYTES));
+        let ttl = self.lease_ttl(ttl, &limits.lease);
+        Some(LeaseRequest {
+            owner,
+            execution_id,
+            ttl: ttl?,
+        })
     }
 
     /// The command, if nothing was refused.
@@ -68,59 +101,95 @@ impl Checks {
 
 pub fn claim(request: pb::ClaimRequest, limits: &RequestLimits) -> Result<ClaimCommand> {
     let mut checks = Checks::default();
-    checks.identity(&request.namespace, &request.operation_key);
-    checks.check(check_required_text(
-        "owner",
-        &request.owner,
-        LABEL_MAX_BYTES,
-    ));
-    checks.check(check_text(
-        "execution_id",
-        &request.execution_id,
-        LABEL_MAX_BYTES,
-    ));
-    let compensates = (!request.compensates.is_empty()).then_some(request.compensates);
-    if let Some(original) = &compensates {
-        checks.check(check_identifier("compensates", original, KEY_MAX_BYTES));
-        if *original == request.operation_key {
-            checks.check(Err(FieldViolation::new(
-                "compensates",
-                "must name another operation",
-            )));
-        }
+    let (namespace, operation_key) = checks.identity(request.namespace, request.operation_key);
+    let lease = checks.lease_request(
+        request.owner,
+        request.execution_id,
+        request.lease_ttl,
+        limits,
+    );
+    let compensates = if request.compensates.is_empty() {
+        Some(None)
+    } else {
+        checks
+            .value(OperationKey::parse("compensates", request.compensates))
+            .map(Some)
+    };
+    if let (Some(Some(original)), Some(key)) = (&compensates, &operation_key)
+        && original == key
+    {
+        checks.check(Err(FieldViolation::new(
+            "compensates",
+            "must name another operation",
+        )));
     }
     let fingerprint = checks.value(fingerprint(request.fingerprint));
-    let lease_ttl = checks
-        .value(optional_duration("lease_ttl", request.lease_ttl))
-        .and_then(|ttl| checks.value(limits.lease.resolve("lease_ttl", ttl)));
     let retry_policy = match request.retry_policy {
         None => Some(limits.default_retry_policy),
         Some(policy) => checks.value(retry_policy(policy)),
     };
     let command = (|| {
         Some(ClaimCommand {
-            namespace: request.namespace,
-            operation_key: request.operation_key,
+            namespace: namespace?,
+            operation_key: operation_key?,
             fingerprint: fingerprint?,
-            owner: request.owner,
-            execution_id: request.execution_id,
-            lease_ttl: lease_ttl?,
+            lease: lease?,
             retry_policy: retry_policy?,
-            compensates,
+            compensates: compensates?,
         })
     })();
     checks.finish(command)
 }
 
+/// ClaimDue hands out at most this many operations per call.
+const CLAIM_DUE_MAX_LIMIT: u32 = 1_000;
+const CLAIM_DUE_DEFAULT_LIMIT: u32 = 100;
+
+pub fn claim_due(request: pb::ClaimDueRequest, limits: &RequestLimits) -> Result<ClaimDueCommand> {
+    let mut checks = Checks::default();
+    let namespace = checks.namespace(request.namespace);
+    let lease = checks.lease_request(
+        request.owner,
+        request.execution_id,
+        request.lease_ttl,
+        limits,
+    );
+    let limit = checks.value(page_size("limit", request.limit, CLAIM_DUE_DEFAULT_LIMIT));
+    let command = (|| {
+        Some(ClaimDueCommand {
+            namespace: namespace?,
+            lease: lease?,
+            limit: limit?,
+        })
+    })();
+    checks.finish(command)
+}
+
+/// Zero asks for the default; otherwise 1 to 1000.
+fn page_size(
+    field: &'static str,
+    value: u32,
+    default: u32,
+) -> std::result::Result<u32, FieldViolation> {
+    match value {
+        0 => Ok(default),
+        1..=CLAIM_DUE_MAX_LIMIT => Ok(value),
+        _ => Err(FieldViolation::new(
+            field,
+            format!("must be between 1 and {CLAIM_DUE_MAX_LIMIT} (0 for {default})"),
+        )),
+    }
+}
+
 pub fn complete(request: pb::CompleteRequest, limits: &RequestLimits) -> Result<CompleteCommand> {
     let mut checks = Checks::default();
-    checks.identity(&request.namespace, &request.operation_key);
+    let (namespace, operation_key) = checks.identity(request.namespace, request.operation_key);
     let token = checks.token(request.fencing_token);
     let report = checks.value(report(request.outcome, limits));
     let command = (|| {
         Some(CompleteCommand {
-            namespace: request.namespace,
-            operation_key: request.operation_key,
+            namespace: namespace?,
+            operation_key: operation_key?,
             fencing_token: token?,
             report: report?,
         })
@@ -130,20 +199,18 @@ pub fn complete(request: pb::CompleteRequest, limits: &RequestLimits) -> Result<
 
 pub fn renew(request: pb::RenewRequest, limits: &RequestLimits) -> Result<RenewCommand> {
     let mut checks = Checks::default();
-    checks.identity(&request.namespace, &request.operation_key);
+    let (namespace, operation_key) = checks.identity(request.namespace, request.operation_key);
     checks.check(check_required_text(
         "owner",
         &request.owner,
         LABEL_MAX_BYTES,
     ));
     let token = checks.token(request.fencing_token);
-    let lease_ttl = checks
-        .value(optional_duration("lease_ttl", request.lease_ttl))
-        .and_then(|ttl| checks.value(limits.lease.resolve("lease_ttl", ttl)));
+    let lease_ttl = checks.lease_ttl(request.lease_ttl, &limits.lease);
     let command = (|| {
         Some(RenewCommand {
-            namespace: request.namespace,
-            operation_key: request.operation_key,
+            namespace: namespace?,
+            operation_key: operation_key?,
             owner: request.owner,
             fencing_token: token?,
             lease_ttl: lease_ttl?,
@@ -157,7 +224,7 @@ pub fn fenced_write(
     limits: &RequestLimits,
 ) -> Result<FencedWriteCommand> {
     let mut checks = Checks::default();
-    checks.identity(&request.namespace, &request.operation_key);
+    let (namespace, operation_key) = checks.identity(request.namespace, request.operation_key);
     checks.check(check_identifier(
         "resource",
         &request.resource,
@@ -167,42 +234,249 @@ pub fn fenced_write(
     if request.value.len() > limits.max_result_bytes {
         checks.check(Err(too_large("value", limits.max_result_bytes)));
     }
-    let command = token.map(|token| FencedWriteCommand {
-        namespace: request.namespace,
-        resource: request.resource,
-        operation_key: request.operation_key,
-        fencing_token: token,
-        value: request.value,
-    });
+    let command = (|| {
+        Some(FencedWriteCommand {
+            namespace: namespace?,
+            resource: request.resource,
+            operation_key: operation_key?,
+            fencing_token: token?,
+            value: request.value,
+        })
+    })();
     checks.finish(command)
 }
 
 pub fn lookup(request: pb::LookupRequest) -> Result<LookupQuery> {
     let mut checks = Checks::default();
-    checks.identity(&request.namespace, &request.operation_key);
-    checks.finish(Some(LookupQuery {
-        namespace: request.namespace,
-        operation_key: request.operation_key,
-        include_executions: request.include_executions,
-    }))
+    let (namespace, operation_key) = checks.identity(request.namespace, request.operation_key);
+    let command = (|| {
+        Some(LookupQuery {
+            namespace: namespace?,
+            operation_key: operation_key?,
+            include_executions: request.include_executions,
+            include_audit: request.include_audit,
+        })
+    })();
+    checks.finish(command)
 }
 
 pub fn get_resource(request: pb::GetResourceRequest) -> Result<ResourceQuery> {
     let mut checks = Checks::default();
-    checks.check(check_identifier(
-        "namespace",
-        &request.namespace,
-        NAMESPACE_MAX_BYTES,
-    ));
+    let namespace = checks.namespace(request.namespace);
     checks.check(check_identifier(
         "resource",
         &request.resource,
         KEY_MAX_BYTES,
     ));
-    checks.finish(Some(ResourceQuery {
-        namespace: request.namespace,
+    let command = namespace.map(|namespace| ResourceQuery {
+        namespace,
         resource: request.resource,
-    }))
+    });
+    checks.finish(command)
+}
+
+/// The unfinished statuses the operator's queue lists when none are named.
+const QUEUE_STATUSES: [Status; 4] = [
+    Status::InProgress,
+    Status::RetryScheduled,
+    Status::Unknown,
+    Status::Dead,
+];
+
+pub fn list_operations(request: pb::ListOperationsRequest) -> Result<ListQuery> {
+    let mut checks = Checks::default();
+    let namespace = checks.namespace(request.namespace);
+    let mut statuses = Vec::new();
+    for value in &request.statuses {
+        match queue_status(*value) {
+            Ok(status) if !statuses.contains(&status) => statuses.push(status),
+            Ok(_) => {}
+            Err(violation) => checks.check(Err(violation)),
+        }
+    }
+    if statuses.is_empty() {
+        statuses = QUEUE_STATUSES.to_vec();
+    }
+    let older_than = checks.value(optional_duration("older_than", request.older_than));
+    let page_size = checks.value(page_size(
+        "page_size",
+        request.page_size,
+        CLAIM_DUE_DEFAULT_LIMIT,
+    ));
+    let after = if request.page_token.is_empty() {
+        Some(None)
+    } else {
+        checks
+            .value(decode_page_token(&request.page_token))
+            .map(Some)
+    };
+    let command = (|| {
+        Some(ListQuery {
+            namespace: namespace?,
+            statuses,
+            expired_leases_only: request.expired_leases_only,
+            older_than: older_than?,
+            held_only: request.held_only,
+            page_size: page_size?,
+            after: after?,
+        })
+    })();
+    checks.finish(command)
+}
+
+fn queue_status(value: i32) -> std::result::Result<Status, FieldViolation> {
+    match pb::OperationStatus::try_from(value) {
+        Ok(pb::OperationStatus::InProgress) => Ok(Status::InProgress),
+        Ok(pb::OperationStatus::RetryScheduled) => Ok(Status::RetryScheduled),
+        Ok(pb::OperationStatus::Unknown) => Ok(Status::Unknown),
+        Ok(pb::OperationStatus::Dead) => Ok(Status::Dead),
+        Ok(pb::OperationStatus::Succeeded | pb::OperationStatus::Failed) => {
+            Err(FieldViolation::new(
+                "statuses",
+                "the queue lists unfinished operations; look finished ones up by key",
+            ))
+        }
+        _ => Err(FieldViolation::new(
+            "statuses",
+            format!("unknown status {value}"),
+        )),
+    }
+}
+
+/// Page tokens are opaque to callers: the hex of `<created_at µs>:<key>`.
+pub fn encode_page_token(cursor: &PageCursor) -> String {
+    hex::encode(format!(
+        "{}:{}",
+        cursor.created_at.timestamp_micros(),
+        cursor.operation_key
+    ))
+}
+
+fn decode_page_token(token: &str) -> std::result::Result<PageCursor, FieldViolation> {
+    let invalid = || FieldViolation::new("page_token", "is not a token this server issued");
+    let text = hex::decode(token)
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .ok_or_else(invalid)?;
+    let (micros, key) = text.split_once(':').ok_or_else(invalid)?;
+    let created_at = micros
+        .parse::<i64>()
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_micros)
+        .ok_or_else(invalid)?;
+    let operation_key = OperationKey::parse("page_token", key.to_owned())?;
+    Ok(PageCursor {
+        created_at,
+        operation_key,
+    })
+}
+
+/// The target and the stated operator and reason every admin action needs.
+fn admin_target(
+    checks: &mut Checks,
+    namespace: String,
+    operation_key: String,
+    operator: String,
+    reason: String,
+) -> Option<AdminTarget> {
+    let (namespace, operation_key) = checks.identity(namespace, operation_key);
+    checks.check(check_required_text("operator", &operator, LABEL_MAX_BYTES));
+    checks.check(check_required_text("reason", &reason, MESSAGE_MAX_BYTES));
+    Some(AdminTarget {
+        namespace: namespace?,
+        operation_key: operation_key?,
+        actor: Actor {
+            operator,
+            reason,
+            principal: String::new(),
+        },
+    })
+}
+
+pub fn resolve(
+    request: pb::ResolveOperationRequest,
+    limits: &RequestLimits,
+) -> Result<(AdminTarget, AdminCommand)> {
+    use pb::resolve_operation_request::Outcome;
+    let mut checks = Checks::default();
+    let target = admin_target(
+        &mut checks,
+        request.namespace,
+        request.operation_key,
+        request.operator,
+        request.reason,
+    );
+    let resolution = match request.outcome {
+        None => checks.value(Err(FieldViolation::new(
+            "outcome",
+            "one of success or failure is required",
+        ))),
+        Some(Outcome::Success(success)) => checks
+            .value(checked_success(success, limits))
+            .map(|(result, result_ref)| Resolution::Success { result, result_ref }),
+        Some(Outcome::Failure(failure)) => checks
+            .value(checked_failure(failure))
+            .map(|(code, message)| Resolution::Failure { code, message }),
+    };
+    let command = (|| Some((target?, AdminCommand::Resolve(resolution?))))();
+    checks.finish(command)
+}
+
+pub fn requeue(
+    request: pb::RequeueOperationRequest,
+    limits: &RequestLimits,
+) -> Result<(AdminTarget, AdminCommand)> {
+    let mut checks = Checks::default();
+    let target = admin_target(
+        &mut checks,
+        request.namespace,
+        request.operation_key,
+        request.operator,
+        request.reason,
+    );
+    checks.check(check_text("revision", &request.revision, MESSAGE_MAX_BYTES));
+    let policy = match request.retry_policy {
+        None => Some(limits.default_retry_policy),
+        Some(policy) => checks.value(retry_policy(policy)),
+    };
+    let command = (|| {
+        Some((
+            target?,
+            AdminCommand::Requeue {
+                revision: request.revision,
+                policy: policy?,
+            },
+        ))
+    })();
+    checks.finish(command)
+}
+
+pub fn hold(request: pb::HoldOperationRequest) -> Result<(AdminTarget, AdminCommand)> {
+    bare_action(
+        (request.namespace, request.operation_key),
+        (request.operator, request.reason),
+        AdminCommand::Hold,
+    )
+}
+
+pub fn release(request: pb::ReleaseOperationRequest) -> Result<(AdminTarget, AdminCommand)> {
+    bare_action(
+        (request.namespace, request.operation_key),
+        (request.operator, request.reason),
+        AdminCommand::Release,
+    )
+}
+
+/// An action with nothing to it but its target and the operator's words.
+fn bare_action(
+    (namespace, operation_key): (String, String),
+    (operator, reason): (String, String),
+    command: AdminCommand,
+) -> Result<(AdminTarget, AdminCommand)> {
+    let mut checks = Checks::default();
+    let target = admin_target(&mut checks, namespace, operation_key, operator, reason);
+    let command = target.map(|target| (target, command));
+    checks.finish(command)
 }
 
 fn fingerprint(
@@ -253,27 +527,10 @@ fn report(
             "outcome",
             "one of success, failure, retryable or unknown is required",
         )),
-        Some(Outcome::Success(success)) => {
-            if success.result.len() + success.result_ref.len() > limits.max_result_bytes {
-                return Err(too_large("success.result", limits.max_result_bytes));
-            }
-            check_text(
-                "success.result_ref",
-                &success.result_ref,
-                limits.max_result_bytes,
-            )?;
-            Ok(Report::Success {
-                result: success.result,
-                result_ref: success.result_ref,
-            })
-        }
+        Some(Outcome::Success(success)) => checked_success(success, limits)
+            .map(|(result, result_ref)| Report::Success { result, result_ref }),
         Some(Outcome::Failure(failure)) => {
-            check_text("failure.code", &failure.code, LABEL_MAX_BYTES)?;
-            check_text("failure.message", &failure.message, MESSAGE_MAX_BYTES)?;
-            Ok(Report::Failure {
-                code: failure.code,
-                message: failure.message,
-            })
+            checked_failure(failure).map(|(code, message)| Report::Failure { code, message })
         }
         Some(Outcome::Retryable(error)) => {
             check_text("retryable.error_class", &error.error_class, LABEL_MAX_BYTES)?;
@@ -295,14 +552,27 @@ fn report(
     }
 }
 
-fn fencing_token(token: u64) -> std::result::Result<i64, FieldViolation> {
-    match i64::try_from(token) {
-        Ok(token) if token > 0 => Ok(token),
-        _ => Err(FieldViolation::new(
-            "fencing_token",
-            "must be a token issued by Claim",
-        )),
+/// A success's result and reference, within the result limit.
+fn checked_success(
+    success: pb::Success,
+    limits: &RequestLimits,
+) -> std::result::Result<(Vec<u8>, String), FieldViolation> {
+    if success.result.len() + success.result_ref.len() > limits.max_result_bytes {
+        return Err(too_large("success.result", limits.max_result_bytes));
     }
+    check_text(
+        "success.result_ref",
+        &success.result_ref,
+        limits.max_result_bytes,
+    )?;
+    Ok((success.result, success.result_ref))
+}
+
+/// A business failure's code and message.
+fn checked_failure(failure: pb::Failure) -> std::result::Result<(String, String), FieldViolation> {
+    check_text("failure.code", &failure.code, LABEL_MAX_BYTES)?;
+    check_text("failure.message", &failure.message, MESSAGE_MAX_BYTES)?;
+    Ok((failure.code, failure.message))
 }
 
 /// Longer durations would overflow timestamps (chrono stops at year 262142).

@@ -3,66 +3,166 @@
 use chrono::{DateTime, Utc};
 use opreg_proto::v1 as pb;
 
+use crate::domain::admin::{AdminAction, AuditEntry};
 use crate::domain::claim::ClaimOutcome;
 use crate::domain::operation::{
     Execution, ExecutionKind, ExecutionOutcome, Lease, Operation, Resource, Status,
 };
-use crate::registry::ClaimAnswer;
+use crate::registry::{ClaimAnswer, LookupAnswer, QueuePage};
+use crate::store::operations::AdminChange;
+
+/// Whether an operation's stored parameters travel with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parameters {
+    Included,
+    Omitted,
+}
 
 pub fn claim(answer: ClaimAnswer) -> pb::ClaimResponse {
     pb::ClaimResponse {
         outcome: claim_outcome(answer.outcome).into(),
         lease: answer.lease().map(lease),
         retry_after: answer.retry_after.map(duration),
-        operation: Some(operation(answer.operation)),
+        operation: Some(operation(answer.operation, Parameters::Omitted)),
     }
 }
 
-pub fn operation(operation: Operation) -> pb::Operation {
+pub fn claim_due(handed: Vec<ClaimAnswer>) -> pb::ClaimDueResponse {
+    pb::ClaimDueResponse {
+        operations: handed
+            .into_iter()
+            .map(|answer| pb::DueOperation {
+                outcome: claim_outcome(answer.outcome).into(),
+                lease: answer.lease().map(lease),
+                operation: Some(operation(answer.operation, Parameters::Included)),
+            })
+            .collect(),
+    }
+}
+
+pub fn lookup(answer: LookupAnswer, parameters: Parameters) -> pb::LookupResponse {
+    pb::LookupResponse {
+        operation: Some(operation(answer.operation, parameters)),
+        executions: answer.executions.into_iter().map(execution).collect(),
+        audit: answer.audit.into_iter().map(audit).collect(),
+    }
+}
+
+pub fn queue_page(page: QueuePage) -> pb::ListOperationsResponse {
+    pb::ListOperationsResponse {
+        operations: page
+            .operations
+            .into_iter()
+            .map(|found| operation(found, Parameters::Omitted))
+            .collect(),
+        next_page_token: page
+            .next
+            .as_ref()
+            .map(super::requests::encode_page_token)
+            .unwrap_or_default(),
+    }
+}
+
+/// Every admin action answers with the operation after it and its audit row,
+/// each in the response message of its own RPC.
+macro_rules! admin_responses {
+    ($($function:ident => $message:ident),+ $(,)?) => {
+        $(
+            pub fn $function(change: AdminChange) -> pb::$message {
+                pb::$message {
+                    operation: Some(operation(change.operation, Parameters::Omitted)),
+                    audit: Some(audit(change.audit)),
+                }
+            }
+        )+
+    };
+}
+
+admin_responses!(
+    resolved => ResolveOperationResponse,
+    requeued => RequeueOperationResponse,
+    held => HoldOperationResponse,
+    released => ReleaseOperationResponse,
+);
+
+pub fn audit(entry: AuditEntry) -> pb::AuditEntry {
+    pb::AuditEntry {
+        action: admin_action(entry.action).into(),
+        operator: entry.operator,
+        reason: entry.reason,
+        revision: entry.revision,
+        principal: entry.principal,
+        status_before: status(entry.status_before).into(),
+        status_after: status(entry.status_after).into(),
+        token_before: entry.token_before.get(),
+        token_after: entry.token_after.get(),
+        at: Some(timestamp(entry.at)),
+        held_before: entry.held_before,
+        held_after: entry.held_after,
+    }
+}
+
+pub fn operation(operation: Operation, parameters: Parameters) -> pb::Operation {
     let lease = operation.lease().map(lease);
     let failure = operation.failure_code.is_some().then(|| pb::Failure {
         code: operation.failure_code.clone().unwrap_or_default(),
         message: operation.failure_message.clone().unwrap_or_default(),
     });
+    let parameters = match parameters {
+        Parameters::Included => operation
+            .parameters_canonical
+            .as_deref()
+            .and_then(structure),
+        Parameters::Omitted => None,
+    };
     pb::Operation {
-        namespace: operation.namespace,
-        operation_key: operation.operation_key,
+        namespace: operation.namespace.into_string(),
+        operation_key: operation.operation_key.into_string(),
         status: status(operation.status).into(),
         parameters_digest: operation.parameters_digest,
         result: operation.result.unwrap_or_default(),
         result_ref: operation.result_ref.unwrap_or_default(),
         failure,
-        attempts: operation.attempts.max(0).unsigned_abs(),
+        attempts: operation.attempts,
         lease,
         next_attempt_at: operation.next_attempt_at.map(timestamp),
         remote_ref: operation.remote_ref.unwrap_or_default(),
         reconciling: operation.reconciling,
-        compensates: operation.compensates.unwrap_or_default(),
-        compensated_by: operation.compensated_by.unwrap_or_default(),
+        compensates: operation
+            .compensates
+            .map(|key| key.into_string())
+            .unwrap_or_default(),
+        compensated_by: operation
+            .compensated_by
+            .map(|key| key.into_string())
+            .unwrap_or_default(),
         created_at: Some(timestamp(operation.created_at)),
         updated_at: Some(timestamp(operation.updated_at)),
         completed_at: operation.completed_at.map(timestamp),
         last_error_class: operation.last_error_class.unwrap_or_default(),
         last_error_message: operation.last_error_message.unwrap_or_default(),
+        held: operation.held_at.is_some(),
+        held_at: operation.held_at.map(timestamp),
+        parameters,
     }
 }
 
 pub fn lease(lease: Lease) -> pb::Lease {
     pb::Lease {
         owner: lease.owner,
-        fencing_token: lease.fencing_token.unsigned_abs(),
+        fencing_token: lease.fencing_token.get(),
         expires_at: Some(timestamp(lease.expires_at)),
-        attempt: lease.attempt.max(0).unsigned_abs(),
+        attempt: lease.attempt,
         takeover: lease.takeover,
     }
 }
 
 pub fn execution(execution: Execution) -> pb::Execution {
     pb::Execution {
-        attempt: execution.attempt.max(0).unsigned_abs(),
+        attempt: execution.attempt,
         execution_id: execution.execution_id,
         owner: execution.owner,
-        fencing_token: execution.fencing_token.unsigned_abs(),
+        fencing_token: execution.fencing_token.get(),
         started_at: Some(timestamp(execution.started_at)),
         finished_at: execution.finished_at.map(timestamp),
         outcome: execution_outcome(execution.outcome).into(),
@@ -75,10 +175,10 @@ pub fn execution(execution: Execution) -> pb::Execution {
 pub fn resource(resource: Resource) -> pb::GetResourceResponse {
     pb::GetResourceResponse {
         value: resource.value,
-        fence: resource.fence.unsigned_abs(),
-        version: resource.version.unsigned_abs(),
+        fence: resource.fence.get(),
+        version: resource.version,
         updated_at: Some(timestamp(resource.updated_at)),
-        operation_key: resource.operation_key,
+        operation_key: resource.operation_key.into_string(),
     }
 }
 
@@ -90,10 +190,20 @@ fn claim_outcome(outcome: ClaimOutcome) -> pb::ClaimOutcome {
         ClaimOutcome::RetryLater => pb::ClaimOutcome::RetryLater,
         ClaimOutcome::Reconcile => pb::ClaimOutcome::Reconcile,
         ClaimOutcome::Dead => pb::ClaimOutcome::Dead,
+        ClaimOutcome::Held => pb::ClaimOutcome::Held,
     }
 }
 
-fn status(status: Status) -> pb::OperationStatus {
+fn admin_action(action: AdminAction) -> pb::AdminAction {
+    match action {
+        AdminAction::Resolve => pb::AdminAction::Resolve,
+        AdminAction::Requeue => pb::AdminAction::Requeue,
+        AdminAction::Hold => pb::AdminAction::Hold,
+        AdminAction::Release => pb::AdminAction::Release,
+    }
+}
+
+pub fn status(status: Status) -> pb::OperationStatus {
     match status {
         Status::InProgress => pb::OperationStatus::InProgress,
         Status::Succeeded => pb::OperationStatus::Succeeded,
@@ -121,6 +231,7 @@ fn execution_outcome(outcome: ExecutionOutcome) -> pb::ExecutionOutcome {
         ExecutionOutcome::Retryable => pb::ExecutionOutcome::Retryable,
         ExecutionOutcome::Unknown => pb::ExecutionOutcome::Unknown,
         ExecutionOutcome::Superseded => pb::ExecutionOutcome::Superseded,
+        ExecutionOutcome::Revoked => pb::ExecutionOutcome::Revoked,
     }
 }
 
@@ -136,4 +247,37 @@ fn duration(duration: std::time::Duration) -> prost_types::Duration {
         seconds: i64::try_from(duration.as_secs()).unwrap_or(i64::MAX),
         nanos: i32::try_from(duration.subsec_nanos()).unwrap_or(0),
     }
+}
+
+/// The stored canonical text of Struct parameters, as a Struct again. The text
+/// is RFC 8785 JSON the server wrote itself, so it always parses to an object.
+fn structure(canonical: &str) -> Option<prost_types::Struct> {
+    match serde_json::from_str(canonical) {
+        Ok(serde_json::Value::Object(members)) => Some(object(members)),
+        _ => None,
+    }
+}
+
+fn object(members: serde_json::Map<String, serde_json::Value>) -> prost_types::Struct {
+    prost_types::Struct {
+        fields: members
+            .into_iter()
+            .map(|(name, value)| (name, json_value(value)))
+            .collect(),
+    }
+}
+
+fn json_value(value: serde_json::Value) -> prost_types::Value {
+    use prost_types::value::Kind;
+    let kind = match value {
+        serde_json::Value::Null => Kind::NullValue(0),
+        serde_json::Value::Bool(flag) => Kind::BoolValue(flag),
+        serde_json::Value::Number(number) => Kind::NumberValue(number.as_f64().unwrap_or(0.0)),
+        serde_json::Value::String(text) => Kind::StringValue(text),
+        serde_json::Value::Array(items) => Kind::ListValue(prost_types::ListValue {
+            values: items.into_iter().map(json_value).collect(),
+        }),
+        serde_json::Value::Object(members) => Kind::StructValue(object(members)),
+    };
+    prost_types::Value { kind: Some(kind) }
 }

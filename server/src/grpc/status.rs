@@ -50,6 +50,14 @@ pub fn to_status(error: &RegistryError) -> Status {
             metadata.insert("compensatedBy".into(), by.clone());
             (Code::FailedPrecondition, "ALREADY_COMPENSATED")
         }
+        RegistryError::InvalidTransition { current, held } => {
+            metadata.insert(
+                "currentStatus".into(),
+                super::responses::status(*current).as_str_name().into(),
+            );
+            metadata.insert("held".into(), held.to_string());
+            (Code::FailedPrecondition, "INVALID_TRANSITION")
+        }
         RegistryError::OperationNotFound => (Code::NotFound, "OPERATION_NOT_FOUND"),
         RegistryError::ResourceNotFound => (Code::NotFound, "RESOURCE_NOT_FOUND"),
         RegistryError::StoreUnavailable => (Code::Unavailable, "STORE_UNAVAILABLE"),

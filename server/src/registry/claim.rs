@@ -9,6 +9,7 @@ use super::Registry;
 use crate::domain::claim::{self, ClaimOutcome, ClaimStep};
 use crate::domain::commands::ClaimCommand;
 use crate::domain::error::{RegistryError, Result};
+use crate::domain::ids::OperationKey;
 use crate::domain::operation::{ExecutionKind, Operation, Status};
 use crate::domain::parameters::differing_fields;
 use crate::store::is_violation_of;
@@ -50,7 +51,7 @@ impl Registry {
         for _ in 0..MAX_ROUNDS {
             check_fingerprint(&observed.operation, claim)?;
             let operation = &observed.operation;
-            let transitioned = match claim::decide(operation, &claim.owner, observed.db_now) {
+            let transitioned = match claim::decide(operation, &claim.lease.owner, observed.db_now) {
                 ClaimStep::Answer {
                     outcome,
                     retry_after,
@@ -61,17 +62,21 @@ impl Registry {
                     return Ok(ClaimAnswer::new(outcome, observed.operation, retry_after));
                 }
                 ClaimStep::Start(kind) => {
-                    operations::start_execution(&mut *db, operation, kind, claim)
+                    operations::start_executions(&mut *db, &[operation], &[kind], &claim.lease)
                         .await?
+                        .pop()
                         .map(|started| {
                             metrics::execution(&claim.namespace, Some(kind));
                             ClaimAnswer::new(claim::started_outcome(kind), started, None)
                         })
                 }
-                ClaimStep::Exhaust => operations::exhaust(&mut *db, operation).await?.map(|dead| {
-                    metrics::finished(&claim.namespace, Status::Dead, dead.attempts());
-                    ClaimAnswer::new(ClaimOutcome::Dead, dead, None)
-                }),
+                ClaimStep::Exhaust => operations::exhaust(&mut *db, &[operation])
+                    .await?
+                    .pop()
+                    .map(|dead| {
+                        metrics::finished(&claim.namespace, Status::Dead, dead.attempts);
+                        ClaimAnswer::new(ClaimOutcome::Dead, dead, None)
+                    }),
             };
             if let Some(answer) = transitioned {
                 return Ok(answer);
@@ -102,7 +107,7 @@ async fn register(db: &mut PgConnection, claim: &ClaimCommand) -> Result<Registr
 async fn register_compensation(
     db: &mut PgConnection,
     claim: &ClaimCommand,
-    original_key: &str,
+    original_key: &OperationKey,
 ) -> Result<Registration> {
     if let Some(existing) =
         operations::find(&mut *db, &claim.namespace, &claim.operation_key).await?
@@ -147,12 +152,13 @@ async fn register_compensation(
 async fn already_compensated(
     db: &mut PgConnection,
     claim: &ClaimCommand,
-    original_key: &str,
+    original_key: &OperationKey,
 ) -> RegistryError {
     match operations::find(db, &claim.namespace, original_key).await {
         Ok(original) => RegistryError::AlreadyCompensated {
             by: original
                 .and_then(|observed| observed.operation.compensated_by)
+                .map(OperationKey::into_string)
                 .unwrap_or_default(),
         },
         Err(error) => error.into(),
@@ -179,7 +185,7 @@ async fn fresh_first_lease(
     if waited <= REGISTRATION_WAIT_TOLERANCE {
         return Ok(registered.operation);
     }
-    operations::restart_first_lease(db, &registered.operation, claim.lease_ttl)
+    operations::restart_first_lease(db, &registered.operation, claim.lease.ttl)
         .await?
         .ok_or_else(|| {
             tracing::error!(key = %claim.operation_key, "a new registration changed before its lease restarted");
@@ -221,7 +227,9 @@ fn check_compensable(original: Option<&Operation>) -> Result<()> {
         return Err(RegistryError::OriginalOutcomeUnknown);
     }
     match (original.status, &original.compensated_by) {
-        (Status::Succeeded, Some(by)) => Err(RegistryError::AlreadyCompensated { by: by.clone() }),
+        (Status::Succeeded, Some(by)) => {
+            Err(RegistryError::AlreadyCompensated { by: by.to_string() })
+        }
         (Status::Succeeded, None) => Ok(()),
         _ => Err(RegistryError::NothingToCompensate),
     }

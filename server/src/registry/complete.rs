@@ -34,14 +34,14 @@ impl Registry {
         );
         match step {
             CompleteStep::Repeat => Ok(observed.operation),
-            CompleteStep::AlreadyCompleted => Err(RegistryError::AlreadyCompleted {
-                token: token.unsigned_abs(),
-            }),
+            CompleteStep::AlreadyCompleted => {
+                Err(RegistryError::AlreadyCompleted { token: token.get() })
+            }
             CompleteStep::Stale { current } => {
                 metrics::stale_token(namespace, "Complete");
                 Err(RegistryError::StaleFencingToken {
-                    presented: token.unsigned_abs(),
-                    current: current.unsigned_abs(),
+                    presented: token.get(),
+                    current: current.get(),
                 })
             }
             CompleteStep::Record(transition) => {
@@ -61,13 +61,13 @@ impl Registry {
                         metrics::finished(
                             namespace,
                             transition.status,
-                            recorded.operation.attempts(),
+                            recorded.operation.attempts,
                         );
                         Ok(recorded.operation)
                     }
                     _ => {
                         // The row lock makes this unreachable; refuse rather than half-write.
-                        tracing::error!(namespace = %namespace, key = %key, token, "outcome not recorded under lock");
+                        tracing::error!(namespace = %namespace, key = %key, %token, "outcome not recorded under lock");
                         Err(RegistryError::Internal)
                     }
                 }

@@ -6,6 +6,7 @@ use sqlx::Connection;
 use super::Registry;
 use crate::domain::commands::{FencedWriteCommand, RenewCommand};
 use crate::domain::error::{RegistryError, Result};
+use crate::domain::ids::FencingToken;
 use crate::domain::operation::{Lease, Operation, Status};
 use crate::store::{operations, resources};
 use crate::telemetry::metrics;
@@ -62,30 +63,34 @@ impl Registry {
         match written {
             Some((fence, version)) => {
                 tx.commit().await?;
-                Ok((fence.unsigned_abs(), version.unsigned_abs()))
+                Ok((fence.get(), version))
             }
             None => {
                 let fence = resources::find(&mut *tx, namespace, &command.resource)
                     .await?
-                    .map_or(0, |resource| resource.fence);
+                    .map_or(0, |resource| resource.fence.get());
                 metrics::stale_token(namespace, "FencedWrite");
                 Err(RegistryError::StaleFencingToken {
-                    presented: token.unsigned_abs(),
-                    current: fence.unsigned_abs(),
+                    presented: token.get(),
+                    current: fence,
                 })
             }
         }
     }
 }
 
-/// Accepts only the operation's current token while it is in progress.
-fn check_current(operation: &Operation, token: i64, rpc: &'static str) -> Result<()> {
-    if operation.fencing_token == token && operation.status == Status::InProgress {
+/// Accepts only the operation's current token while it is in progress and
+/// no operator holds it.
+fn check_current(operation: &Operation, token: FencingToken, rpc: &'static str) -> Result<()> {
+    if operation.fencing_token == token
+        && operation.status == Status::InProgress
+        && !operation.is_held()
+    {
         return Ok(());
     }
     metrics::stale_token(&operation.namespace, rpc);
     Err(RegistryError::StaleFencingToken {
-        presented: token.unsigned_abs(),
-        current: operation.fencing_token.unsigned_abs(),
+        presented: token.get(),
+        current: operation.fencing_token.get(),
     })
 }

@@ -1,11 +1,15 @@
 //! The use cases: each RPC as a short sequence of store statements around a
 //! pure domain decision. The only layer that knows both the rules and the SQL.
 
+mod admin;
 mod claim;
 mod complete;
+mod due;
 mod fencing;
+mod maintenance;
 mod read;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
@@ -14,20 +18,29 @@ use sqlx::{PgPool, Postgres};
 use crate::domain::claim::ClaimOutcome;
 use crate::domain::error::Result;
 use crate::domain::operation::{Lease, Operation};
+use crate::domain::policy::PerNamespace;
 use crate::telemetry::metrics;
 
 pub use claim::ClaimAnswer;
+pub use maintenance::{MaintenancePass, MaintenanceSettings};
+pub use read::{LookupAnswer, QueuePage};
 
 /// The operation registry over one PostgreSQL database. Cheap to clone; any
 /// number of replicas may serve the same database.
 #[derive(Clone, Debug)]
 pub struct Registry {
     pool: PgPool,
+    /// Most retry, takeover and reconcile leases live at once per namespace,
+    /// as ClaimDue hands them out; `None` for no cap.
+    retry_caps: Arc<PerNamespace<Option<u32>>>,
 }
 
 impl Registry {
-    pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+    pub fn new(pool: PgPool, retry_caps: PerNamespace<Option<u32>>) -> Self {
+        Self {
+            pool,
+            retry_caps: Arc::new(retry_caps),
+        }
     }
 
     /// One connection for one use case, counted while it waits for the pool

@@ -1,24 +1,50 @@
-//! Lookup and GetResource: plain reads.
+//! Lookup, GetResource and the operator's queue: plain reads.
 
 use super::Registry;
-use crate::domain::commands::{LookupQuery, ResourceQuery};
+use crate::domain::admin::AuditEntry;
+use crate::domain::commands::{ListQuery, LookupQuery, PageCursor, ResourceQuery};
 use crate::domain::error::{RegistryError, Result};
 use crate::domain::operation::{Execution, Operation, Resource};
-use crate::store::{executions, operations, resources};
+use crate::store::{audit, executions, operations, resources};
+
+/// An operation with what was asked of its history.
+#[derive(Debug)]
+pub struct LookupAnswer {
+    pub operation: Operation,
+    pub executions: Vec<Execution>,
+    pub audit: Vec<AuditEntry>,
+}
+
+/// One page of the operator's queue and where the next one starts.
+#[derive(Debug)]
+pub struct QueuePage {
+    pub operations: Vec<Operation>,
+    pub next: Option<PageCursor>,
+}
 
 impl Registry {
-    pub async fn lookup(&self, query: &LookupQuery) -> Result<(Operation, Vec<Execution>)> {
+    pub async fn lookup(&self, query: &LookupQuery) -> Result<LookupAnswer> {
         let mut connection = self.connection().await?;
-        let operation = operations::find(&mut *connection, &query.namespace, &query.operation_key)
+        let (namespace, key) = (&query.namespace, &query.operation_key);
+        let operation = operations::find(&mut *connection, namespace, key)
             .await?
             .ok_or(RegistryError::OperationNotFound)?
             .operation;
-        let history = if query.include_executions {
-            executions::list(&mut *connection, &query.namespace, &query.operation_key).await?
+        let executions = if query.include_executions {
+            executions::list(&mut *connection, namespace, key).await?
         } else {
             Vec::new()
         };
-        Ok((operation, history))
+        let audit = if query.include_audit {
+            audit::list(&mut *connection, namespace, key).await?
+        } else {
+            Vec::new()
+        };
+        Ok(LookupAnswer {
+            operation,
+            executions,
+            audit,
+        })
     }
 
     pub async fn get_resource(&self, query: &ResourceQuery) -> Result<Resource> {
@@ -26,5 +52,21 @@ impl Registry {
         resources::find(&mut *connection, &query.namespace, &query.resource)
             .await?
             .ok_or(RegistryError::ResourceNotFound)
+    }
+
+    pub async fn list(&self, query: &ListQuery) -> Result<QueuePage> {
+        let mut connection = self.connection().await?;
+        let mut operations = operations::list(&mut *connection, query).await?;
+        let page_size = usize::try_from(query.page_size).unwrap_or(usize::MAX);
+        let next = if operations.len() > page_size {
+            operations.truncate(page_size);
+            operations.last().map(|last| PageCursor {
+                created_at: last.created_at,
+                operation_key: last.operation_key.clone(),
+            })
+        } else {
+            None
+        };
+        Ok(QueuePage { operations, next })
     }
 }

@@ -1,7 +1,9 @@
 //! PostgreSQL access: every statement the registry runs, one module per table.
 //! Callers see domain records and [`RegistryError`]; SQL and driver errors stay here.
 
+pub mod audit;
 pub mod executions;
+pub mod leadership;
 pub mod operations;
 pub mod resources;
 

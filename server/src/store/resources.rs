@@ -1,19 +1,42 @@
 //! Statements on `resources`, the values protected by fencing tokens.
 
+use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
+use crate::domain::ids::{FencingToken, Namespace, OperationKey};
 use crate::domain::operation::Resource;
+
+#[derive(Debug, sqlx::FromRow)]
+struct ResourceRow {
+    value: Vec<u8>,
+    fence: i64,
+    version: i64,
+    operation_key: String,
+    updated_at: DateTime<Utc>,
+}
+
+impl From<ResourceRow> for Resource {
+    fn from(row: ResourceRow) -> Self {
+        Resource {
+            value: row.value,
+            fence: FencingToken::from_stored(row.fence),
+            version: u64::try_from(row.version).unwrap_or(0),
+            operation_key: OperationKey::from_stored(row.operation_key),
+            updated_at: row.updated_at,
+        }
+    }
+}
 
 /// Writes the resource unless its stored fence is higher than `fencing_token`;
 /// returns the stored fence and version, or `None` when the fence refused.
 pub async fn write_fenced(
     db: impl PgExecutor<'_>,
-    namespace: &str,
+    namespace: &Namespace,
     resource: &str,
-    operation_key: &str,
-    fencing_token: i64,
+    operation_key: &OperationKey,
+    fencing_token: FencingToken,
     value: &[u8],
-) -> sqlx::Result<Option<(i64, i64)>> {
+) -> sqlx::Result<Option<(FencingToken, u64)>> {
     let _timer = super::QueryTimer::start("resources_write_fenced");
     sqlx::query_as(
         "INSERT INTO resources AS r (namespace, resource, value, fence, version, operation_key, updated_at)
@@ -27,27 +50,36 @@ pub async fn write_fenced(
          WHERE r.fence <= EXCLUDED.fence
          RETURNING fence, version",
     )
-    .bind(namespace)
+    .bind(namespace.as_str())
     .bind(resource)
     .bind(value)
-    .bind(fencing_token)
-    .bind(operation_key)
+    .bind(fencing_token.as_i64())
+    .bind(operation_key.as_str())
     .fetch_optional(db)
     .await
+    .map(|written: Option<(i64, i64)>| {
+        written.map(|(fence, version)| {
+            (
+                FencingToken::from_stored(fence),
+                u64::try_from(version).unwrap_or(0),
+            )
+        })
+    })
 }
 
 pub async fn find(
     db: impl PgExecutor<'_>,
-    namespace: &str,
+    namespace: &Namespace,
     resource: &str,
 ) -> sqlx::Result<Option<Resource>> {
     let _timer = super::QueryTimer::start("resources_find");
-    sqlx::query_as(
+    let row: Option<ResourceRow> = sqlx::query_as(
         "SELECT value, fence, version, operation_key, updated_at FROM resources
          WHERE namespace = $1 AND resource = $2",
     )
-    .bind(namespace)
+    .bind(namespace.as_str())
     .bind(resource)
     .fetch_optional(db)
-    .await
+    .await?;
+    Ok(row.map(Resource::from))
 }

@@ -9,7 +9,6 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use super::metrics;
-use crate::domain::operation::Status;
 use crate::store::operations::{self, BacklogRow};
 
 /// Service names whose health follows the database: the server ("") and the registry.
@@ -62,33 +61,51 @@ pub async fn set_health(health: &HealthReporter, serving: bool) {
 /// instead of freezing at its last value.
 #[derive(Default)]
 struct Reported {
-    backlog: HashMap<(String, Status), f64>,
-    unknown: HashMap<String, (f64, f64)>,
+    backlog: HashMap<(String, String), f64>,
+    namespaces: HashMap<String, NamespaceGauges>,
+}
+
+/// The per-namespace gauges beyond the backlog counts.
+#[derive(Clone, Copy, Default)]
+struct NamespaceGauges {
+    unknown: f64,
+    oldest_unknown_age: f64,
+    oldest_due_age: f64,
+    compensations: f64,
 }
 
 impl Reported {
     fn set(&mut self, rows: &[BacklogRow]) {
-        let mut backlog: HashMap<(String, Status), f64> =
+        let mut backlog: HashMap<(String, String), f64> =
             self.backlog.keys().map(|key| (key.clone(), 0.0)).collect();
-        let mut unknown: HashMap<String, (f64, f64)> = self
-            .unknown
+        let mut namespaces: HashMap<String, NamespaceGauges> = self
+            .namespaces
             .keys()
-            .map(|namespace| (namespace.clone(), (0.0, 0.0)))
+            .map(|namespace| (namespace.clone(), NamespaceGauges::default()))
             .collect();
         for row in rows {
             let namespace = metrics::namespace_label(&row.namespace);
-            *backlog.entry((namespace.clone(), row.status)).or_default() += row.operations as f64;
-            let entry = unknown.entry(namespace).or_default();
-            entry.0 += row.unknown as f64;
-            entry.1 = entry.1.max(row.oldest_unknown_age_seconds.unwrap_or(0.0));
+            *backlog
+                .entry((namespace.clone(), row.state.clone()))
+                .or_default() += row.operations as f64;
+            let gauges = namespaces.entry(namespace).or_default();
+            gauges.unknown += row.unknown as f64;
+            gauges.compensations += row.compensations as f64;
+            gauges.oldest_unknown_age = gauges
+                .oldest_unknown_age
+                .max(row.oldest_unknown_age_seconds.unwrap_or(0.0));
+            gauges.oldest_due_age = gauges
+                .oldest_due_age
+                .max(row.oldest_due_age_seconds.unwrap_or(0.0));
         }
-        for ((namespace, status), operations) in &backlog {
-            metrics::backlog(namespace, *status, *operations);
+        for ((namespace, state), operations) in &backlog {
+            metrics::backlog(namespace, state, *operations);
         }
-        for (namespace, (unresolved, oldest)) in &unknown {
-            metrics::unknown(namespace, *unresolved, *oldest);
+        for (namespace, gauges) in &namespaces {
+            metrics::unknown(namespace, gauges.unknown, gauges.oldest_unknown_age);
+            metrics::due_and_compensations(namespace, gauges.oldest_due_age, gauges.compensations);
         }
         self.backlog = backlog;
-        self.unknown = unknown;
+        self.namespaces = namespaces;
     }
 }

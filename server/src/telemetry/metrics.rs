@@ -10,6 +10,7 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use crate::domain::admin::AdminAction;
 use crate::domain::claim::ClaimOutcome;
 use crate::domain::operation::{ExecutionKind, Status};
 use crate::domain::text::{NAMESPACE_MAX_BYTES, check_identifier};
@@ -27,6 +28,15 @@ pub const STALE_TOKEN_REJECTIONS: &str = "opreg_stale_token_rejections_total";
 pub const LEASE_TAKEOVERS: &str = "opreg_lease_takeovers_total";
 pub const COMPENSATIONS: &str = "opreg_compensations_total";
 pub const OPERATIONS: &str = "opreg_operations";
+pub const DUE_OLDEST_AGE: &str = "opreg_due_oldest_age_seconds";
+pub const COMPENSATIONS_PENDING: &str = "opreg_compensations_pending";
+pub const CLAIM_DUE_OPERATIONS: &str = "opreg_claim_due_operations_total";
+pub const ADMIN_ACTIONS: &str = "opreg_admin_actions_total";
+pub const OPERATIONS_PURGED: &str = "opreg_operations_purged_total";
+pub const MAINTENANCE_EXHAUSTED: &str = "opreg_maintenance_exhausted_total";
+pub const RETENTION_LAG: &str = "opreg_retention_lag_seconds";
+pub const MAINTENANCE_LEADER: &str = "opreg_maintenance_leader";
+pub const MAINTENANCE_LAST_RUN: &str = "opreg_maintenance_last_run_timestamp_seconds";
 pub const STORE_UP: &str = "opreg_store_up";
 pub const GRPC_STARTED: &str = "grpc_server_started_total";
 pub const GRPC_HANDLED: &str = "grpc_server_handled_total";
@@ -150,7 +160,52 @@ fn describe() {
     describe_gauge!(
         OPERATIONS,
         Unit::Count,
-        "Backlog by status (in_progress, retry_scheduled, unknown, dead), read from the database."
+        "Backlog by state (in_progress with a live lease, expired_lease, retry_scheduled, unknown, dead, held), read from the database."
+    );
+    describe_gauge!(
+        DUE_OLDEST_AGE,
+        Unit::Seconds,
+        "How long the oldest due, unheld retry or expired lease has waited for a worker."
+    );
+    describe_gauge!(
+        COMPENSATIONS_PENDING,
+        Unit::Count,
+        "Compensating operations registered but not finished."
+    );
+    describe_counter!(
+        CLAIM_DUE_OPERATIONS,
+        Unit::Count,
+        "Operations handed out by ClaimDue, by kind (retry, takeover, reconcile)."
+    );
+    describe_counter!(
+        ADMIN_ACTIONS,
+        Unit::Count,
+        "Operator actions, by action (resolve, requeue, hold, release)."
+    );
+    describe_counter!(
+        OPERATIONS_PURGED,
+        Unit::Count,
+        "Finished operations deleted by retention."
+    );
+    describe_counter!(
+        MAINTENANCE_EXHAUSTED,
+        Unit::Count,
+        "Operations the maintenance made DEAD because their budget or deadline ran out."
+    );
+    describe_gauge!(
+        RETENTION_LAG,
+        Unit::Seconds,
+        "How far past its retention the oldest finished operation is (0 when retention keeps up); from the maintaining replica."
+    );
+    describe_gauge!(
+        MAINTENANCE_LEADER,
+        Unit::Count,
+        "1 on the replica that runs the maintenance, else 0."
+    );
+    describe_gauge!(
+        MAINTENANCE_LAST_RUN,
+        Unit::Seconds,
+        "Unix time of the last maintenance pass this replica completed."
     );
     describe_gauge!(
         STORE_UP,
@@ -225,6 +280,7 @@ pub fn claim_outcome_label(outcome: ClaimOutcome) -> &'static str {
         ClaimOutcome::RetryLater => "retry_later",
         ClaimOutcome::Reconcile => "reconcile",
         ClaimOutcome::Dead => "dead",
+        ClaimOutcome::Held => "held",
     }
 }
 
@@ -318,9 +374,48 @@ pub fn store_up(up: bool) {
     gauge!(STORE_UP).set(if up { 1.0 } else { 0.0 });
 }
 
-pub fn backlog(namespace: &str, status: Status, operations: f64) {
-    gauge!(OPERATIONS, "namespace" => namespace.to_owned(), "status" => status.as_str())
+/// The backlog gauges of one namespace; `state` is a status, `expired_lease` or `held`.
+pub fn backlog(namespace: &str, state: &str, operations: f64) {
+    gauge!(OPERATIONS, "namespace" => namespace.to_owned(), "status" => state.to_owned())
         .set(operations);
+}
+
+pub fn due_and_compensations(namespace: &str, oldest_due_age_seconds: f64, compensations: f64) {
+    gauge!(DUE_OLDEST_AGE, "namespace" => namespace.to_owned()).set(oldest_due_age_seconds);
+    gauge!(COMPENSATIONS_PENDING, "namespace" => namespace.to_owned()).set(compensations);
+}
+
+pub fn claimed_due(namespace: &str, kind: ExecutionKind) {
+    counter!(CLAIM_DUE_OPERATIONS, "namespace" => namespace_label(namespace), "kind" => kind.as_str())
+        .increment(1);
+}
+
+pub fn admin_action(namespace: &str, action: AdminAction) {
+    counter!(ADMIN_ACTIONS, "namespace" => namespace_label(namespace), "action" => action.as_str())
+        .increment(1);
+}
+
+pub fn purged(namespace: &str, operations: u64) {
+    counter!(OPERATIONS_PURGED, "namespace" => namespace_label(namespace)).increment(operations);
+}
+
+pub fn maintenance_exhausted(namespace: &str) {
+    counter!(MAINTENANCE_EXHAUSTED, "namespace" => namespace_label(namespace)).increment(1);
+}
+
+pub fn retention_lag(namespace: &str, seconds: f64) {
+    gauge!(RETENTION_LAG, "namespace" => namespace_label(namespace)).set(seconds);
+}
+
+pub fn maintenance_leader(leader: bool) {
+    gauge!(MAINTENANCE_LEADER).set(if leader { 1.0 } else { 0.0 });
+}
+
+pub fn maintenance_ran() {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |elapsed| elapsed.as_secs_f64());
+    gauge!(MAINTENANCE_LAST_RUN).set(now);
 }
 
 pub fn unknown(namespace: &str, unresolved: f64, oldest_age_seconds: f64) {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use opreg_client::proto::{self as pb, ClaimOutcome};
-use opreg_client::{OperationRegistryClient, error_reason};
+use opreg_client::{OperationAdminClient, OperationRegistryClient, error_reason};
 use opreg_server::app::Application;
 use opreg_server::config::Config;
 use opreg_server::embedded::{EmbeddedOptions, EmbeddedPostgres};
@@ -18,10 +18,12 @@ use sqlx::{Connection, PgConnection};
 use tonic::transport::Channel;
 
 pub type Client = OperationRegistryClient<Channel>;
+pub type Admin = OperationAdminClient<Channel>;
 
 /// A running server over its own database.
 pub struct TestApp {
     pub client: Client,
+    pub admin: Admin,
     pub endpoint: String,
     pub metrics_addr: std::net::SocketAddr,
     /// Direct access to the test's database, for assertions.
@@ -80,6 +82,7 @@ pub async fn lookup_history(client: &mut Client, namespace: &str, key: &str) -> 
             namespace: namespace.into(),
             operation_key: key.into(),
             include_executions: true,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -96,11 +99,15 @@ pub async fn serve(config: &Config, pool: PgPool, db_options: PgConnectOptions) 
         let _ = stopped.await;
     }));
     let client = opreg_client::connect(endpoint.clone()).await.unwrap();
+    let admin = OperationAdminClient::connect(endpoint.clone())
+        .await
+        .unwrap();
     let db = PgPoolOptions::new()
         .max_connections(4)
         .connect_lazy_with(db_options.clone());
     TestApp {
         client,
+        admin,
         endpoint,
         metrics_addr,
         db,
@@ -240,6 +247,85 @@ pub fn retryable(retry_after: Option<Duration>) -> pb::complete_request::Outcome
             nanos: d.subsec_nanos() as i32,
         }),
     })
+}
+
+/// A Renew of `key`'s lease by `owner` with the server's default TTL.
+pub fn renew_request(namespace: &str, key: &str, owner: &str, token: u64) -> pb::RenewRequest {
+    pb::RenewRequest {
+        namespace: namespace.into(),
+        operation_key: key.into(),
+        owner: owner.into(),
+        fencing_token: token,
+        lease_ttl: None,
+    }
+}
+
+/// A FencedWrite of resource `account:1` under `key`'s token.
+pub fn write_request(
+    namespace: &str,
+    key: &str,
+    token: u64,
+    value: &[u8],
+) -> pb::FencedWriteRequest {
+    pb::FencedWriteRequest {
+        namespace: namespace.into(),
+        resource: "account:1".into(),
+        operation_key: key.into(),
+        fencing_token: token,
+        value: value.to_vec(),
+    }
+}
+
+/// Registers `key` and completes its first attempt with `outcome`; returns the token.
+pub async fn settle(
+    client: &mut Client,
+    namespace: &str,
+    key: &str,
+    outcome: pb::complete_request::Outcome,
+) -> u64 {
+    let claimed = claim(
+        client,
+        claim_request(namespace, key, "setup", serde_json::json!({"key": key})),
+    )
+    .await;
+    let token = token(&claimed);
+    client
+        .complete(complete_request(namespace, key, token, outcome))
+        .await
+        .unwrap();
+    token
+}
+
+/// A retry policy of `max_attempts`, with short backoffs and a day's deadline.
+pub fn policy(max_attempts: u32) -> pb::RetryPolicy {
+    let seconds = |seconds| Some(prost_types::Duration { seconds, nanos: 0 });
+    pb::RetryPolicy {
+        max_attempts,
+        initial_backoff: seconds(1),
+        max_backoff: seconds(1),
+        deadline: seconds(86_400),
+    }
+}
+
+/// Pulls due work in `namespace` for `owner`.
+pub async fn claim_due(
+    client: &mut Client,
+    namespace: &str,
+    owner: &str,
+    limit: u32,
+) -> Vec<pb::DueOperation> {
+    client
+        .claim_due(pb::ClaimDueRequest {
+            namespace: namespace.into(),
+            owner: owner.into(),
+            execution_id: format!("pull-{owner}"),
+            lease_ttl: None,
+            limit,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .operations
 }
 
 pub fn unknown(remote_ref: &str) -> pb::complete_request::Outcome {

@@ -18,8 +18,9 @@ use render::Output;
 /// (e.g. settlement:A:W:V); each execution holds a lease with a fencing token.
 ///
 /// Exit codes: 0 success, 1 other error, 2 invalid usage or input, 3 not found, 4 conflict
-/// (different parameters, a different outcome already recorded, or a refused
-/// compensation), 5 stale fencing token or lease held by another owner,
+/// (different parameters, a different outcome already recorded, a refused
+/// compensation, or an operator action the status does not allow), 5 stale
+/// fencing token or lease held by another owner,
 /// 6 unavailable (server or database; retry later).
 #[derive(Debug, Parser)]
 #[command(name = "opreg", version, about, long_about)]
@@ -72,6 +73,12 @@ enum Command {
         /// Include the execution history.
         #[arg(long)]
         executions: bool,
+        /// Include the operator actions taken on it.
+        #[arg(long)]
+        audit: bool,
+        /// Include the stored parameters (when they were given as JSON).
+        #[arg(long)]
+        parameters: bool,
     },
     /// Register an operation, or learn what to do about an existing one.
     ///
@@ -83,6 +90,7 @@ enum Command {
     ///   RECONCILE    the last outcome is unknown: check the remote system before
     ///                executing, then complete with what you found.
     ///   DEAD         the retry budget is exhausted; a human must decide.
+    ///   HELD         an operator froze it while investigating; wait or ask them.
     /// The same key with different parameters fails with a conflict (exit 4).
     #[command(verbatim_doc_comment)]
     Claim(ClaimArgs),
@@ -114,6 +122,122 @@ enum Command {
     Resource {
         #[command(subcommand)]
         command: ResourceCommand,
+    },
+    /// Pull due work as a worker would: retries whose time came, expired
+    /// leases (ACQUIRED) and unknown outcomes (RECONCILE), now leased to --owner.
+    Due {
+        #[arg(long)]
+        owner: String,
+        /// Most operations to take, 1 to 1000.
+        #[arg(long, default_value_t = 10)]
+        limit: u32,
+        #[arg(long, value_parser = humantime_duration)]
+        lease_ttl: Option<Duration>,
+    },
+    /// The manual queue: unfinished operations, oldest registration first.
+    List(ListArgs),
+    /// Record the real outcome of an UNKNOWN, reconciling or DEAD operation,
+    /// after checking the remote system. Any live lease is revoked.
+    Resolve {
+        key: String,
+        #[command(flatten)]
+        actor: ActorArgs,
+        #[command(subcommand)]
+        outcome: ResolveOutcome,
+    },
+    /// Give a DEAD operation a fresh retry budget, due now, under the same key
+    /// and parameters (changed parameters need a new key).
+    Requeue {
+        key: String,
+        #[command(flatten)]
+        actor: ActorArgs,
+        /// What changed outside opreg, e.g. "account unblocked".
+        #[arg(long, default_value = "")]
+        revision: String,
+        /// Attempts of the fresh budget (server defaults otherwise).
+        #[arg(long)]
+        max_attempts: Option<u32>,
+    },
+    /// Freeze an operation while it is investigated: Claim answers HELD, due
+    /// work skips it, and a live lease is revoked.
+    Hold {
+        key: String,
+        #[command(flatten)]
+        actor: ActorArgs,
+    },
+    /// End a hold. If it revoked a live lease the outcome is UNKNOWN now.
+    Release {
+        key: String,
+        #[command(flatten)]
+        actor: ActorArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+struct ActorArgs {
+    /// Who acts (recorded in the audit trail).
+    #[arg(long, env = "OPREG_OPERATOR")]
+    operator: String,
+    /// Why (recorded in the audit trail).
+    #[arg(long)]
+    reason: String,
+}
+
+#[derive(Debug, Args)]
+struct ListArgs {
+    /// Only these statuses (repeatable): in-progress, retry-scheduled, unknown, dead.
+    #[arg(long = "status", value_enum)]
+    statuses: Vec<QueueStatus>,
+    /// Only IN_PROGRESS operations whose lease expired.
+    #[arg(long)]
+    expired_leases: bool,
+    /// Only held operations.
+    #[arg(long)]
+    held: bool,
+    /// Only operations not updated for this long.
+    #[arg(long, value_parser = humantime_duration)]
+    older_than: Option<Duration>,
+    /// Operations per page, 1 to 1000.
+    #[arg(long, default_value_t = 100)]
+    page_size: u32,
+    /// Continue after a previous page (its next_page_token).
+    #[arg(long, default_value = "")]
+    page_token: String,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum QueueStatus {
+    InProgress,
+    RetryScheduled,
+    Unknown,
+    Dead,
+}
+
+impl From<QueueStatus> for pb::OperationStatus {
+    fn from(status: QueueStatus) -> Self {
+        match status {
+            QueueStatus::InProgress => pb::OperationStatus::InProgress,
+            QueueStatus::RetryScheduled => pb::OperationStatus::RetryScheduled,
+            QueueStatus::Unknown => pb::OperationStatus::Unknown,
+            QueueStatus::Dead => pb::OperationStatus::Dead,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum ResolveOutcome {
+    /// It took effect, with this result.
+    Success {
+        #[arg(long, default_value = "")]
+        result: String,
+        #[arg(long, default_value = "")]
+        result_ref: String,
+    },
+    /// It was refused for a business reason.
+    Failure {
+        code: String,
+        #[arg(long, default_value = "")]
+        message: String,
     },
 }
 
@@ -219,12 +343,19 @@ async fn main() -> ExitCode {
 async fn run(cli: &Cli, client: &Client, output: &Output) -> Result<(), Error> {
     let namespace = cli.namespace.clone();
     match &cli.command {
-        Command::Lookup { key, executions } => {
+        Command::Lookup {
+            key,
+            executions,
+            audit,
+            parameters,
+        } => {
             let found = client
                 .lookup(pb::LookupRequest {
                     namespace,
                     operation_key: key.clone(),
                     include_executions: *executions,
+                    include_parameters: *parameters,
+                    include_audit: *audit,
                 })
                 .await?;
             output.lookup(&found);
@@ -296,8 +427,128 @@ async fn run(cli: &Cli, client: &Client, output: &Output) -> Result<(), Error> {
                 .await?;
             output.written(&written);
         }
+        Command::Due {
+            owner,
+            limit,
+            lease_ttl,
+        } => {
+            let handed = client
+                .claim_due(pb::ClaimDueRequest {
+                    namespace,
+                    owner: owner.clone(),
+                    execution_id: String::new(),
+                    lease_ttl: lease_ttl.map(proto_duration),
+                    limit: *limit,
+                })
+                .await?;
+            output.due(&handed);
+        }
+        Command::List(args) => {
+            let page = client
+                .admin()
+                .list_operations(pb::ListOperationsRequest {
+                    namespace,
+                    statuses: args
+                        .statuses
+                        .iter()
+                        .map(|status| pb::OperationStatus::from(*status).into())
+                        .collect(),
+                    expired_leases_only: args.expired_leases,
+                    older_than: args.older_than.map(proto_duration),
+                    held_only: args.held,
+                    page_size: args.page_size,
+                    page_token: args.page_token.clone(),
+                })
+                .await?;
+            output.queue(&page);
+        }
+        Command::Resolve {
+            key,
+            actor,
+            outcome,
+        } => {
+            let outcome = match outcome {
+                ResolveOutcome::Success { result, result_ref } => {
+                    pb::resolve_operation_request::Outcome::Success(pb::Success {
+                        result: result.clone().into_bytes(),
+                        result_ref: result_ref.clone(),
+                    })
+                }
+                ResolveOutcome::Failure { code, message } => {
+                    pb::resolve_operation_request::Outcome::Failure(pb::Failure {
+                        code: code.clone(),
+                        message: message.clone(),
+                    })
+                }
+            };
+            let done = client
+                .admin()
+                .resolve(pb::ResolveOperationRequest {
+                    namespace,
+                    operation_key: key.clone(),
+                    operator: actor.operator.clone(),
+                    reason: actor.reason.clone(),
+                    outcome: Some(outcome),
+                })
+                .await?;
+            output.action(done.operation.as_ref(), done.audit.as_ref());
+        }
+        Command::Requeue {
+            key,
+            actor,
+            revision,
+            max_attempts,
+        } => {
+            let done = client
+                .admin()
+                .requeue(pb::RequeueOperationRequest {
+                    namespace,
+                    operation_key: key.clone(),
+                    operator: actor.operator.clone(),
+                    reason: actor.reason.clone(),
+                    revision: revision.clone(),
+                    retry_policy: max_attempts.map(retry_policy),
+                })
+                .await?;
+            output.action(done.operation.as_ref(), done.audit.as_ref());
+        }
+        Command::Hold { key, actor } => {
+            let done = client
+                .admin()
+                .hold(pb::HoldOperationRequest {
+                    namespace,
+                    operation_key: key.clone(),
+                    operator: actor.operator.clone(),
+                    reason: actor.reason.clone(),
+                })
+                .await?;
+            output.action(done.operation.as_ref(), done.audit.as_ref());
+        }
+        Command::Release { key, actor } => {
+            let done = client
+                .admin()
+                .release(pb::ReleaseOperationRequest {
+                    namespace,
+                    operation_key: key.clone(),
+                    operator: actor.operator.clone(),
+                    reason: actor.reason.clone(),
+                })
+                .await?;
+            output.action(done.operation.as_ref(), done.audit.as_ref());
+        }
     }
     Ok(())
+}
+
+/// A fresh budget of `max_attempts` with the server's default backoffs and
+/// deadline (1 s, 5 m, 24 h): the contract asks for all four fields.
+fn retry_policy(max_attempts: u32) -> pb::RetryPolicy {
+    pb::RetryPolicy {
+        max_attempts,
+        initial_backoff: Some(proto_duration(Duration::from_secs(1))),
+        max_backoff: Some(proto_duration(Duration::from_secs(300))),
+        deadline: Some(proto_duration(Duration::from_secs(86_400))),
+    }
 }
 
 fn claim_request(namespace: String, args: &ClaimArgs) -> Result<pb::ClaimRequest, Error> {
@@ -365,7 +616,10 @@ fn complete_outcome(outcome: &CompleteOutcome) -> pb::complete_request::Outcome 
 fn exit_code(error: &Error) -> u8 {
     match error {
         Error::NotFound { .. } => 3,
-        Error::ParameterConflict { .. } | Error::AlreadyCompleted | Error::Compensation { .. } => 4,
+        Error::ParameterConflict { .. }
+        | Error::AlreadyCompleted
+        | Error::Compensation { .. }
+        | Error::InvalidTransition { .. } => 4,
         Error::StaleFencingToken { .. } | Error::LeaseNotHeld => 5,
         Error::Unavailable { .. } => 6,
         Error::InvalidArgument { .. } => 2,

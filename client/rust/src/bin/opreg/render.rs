@@ -32,7 +32,46 @@ impl Output {
             value["executions"] =
                 Value::Array(found.executions.iter().map(execution_json).collect());
         }
+        if !found.audit.is_empty() {
+            value["audit"] = Value::Array(found.audit.iter().map(audit_json).collect());
+        }
         self.print(value);
+    }
+
+    pub fn due(&self, handed: &pb::ClaimDueResponse) {
+        let operations = handed
+            .operations
+            .iter()
+            .map(|due| {
+                let mut value = json!({
+                    "outcome": due.outcome().as_str_name().trim_start_matches("CLAIM_OUTCOME_"),
+                });
+                if let Some(lease) = &due.lease {
+                    value["lease"] = lease_json(lease);
+                }
+                value["operation"] = operation_json(&due.operation.clone().unwrap_or_default());
+                value
+            })
+            .collect();
+        self.print(json!({ "operations": Value::Array(operations) }));
+    }
+
+    pub fn queue(&self, page: &pb::ListOperationsResponse) {
+        let mut value = json!({
+            "operations": Value::Array(page.operations.iter().map(operation_json).collect()),
+        });
+        if !page.next_page_token.is_empty() {
+            value["next_page_token"] = json!(page.next_page_token);
+        }
+        self.print(value);
+    }
+
+    /// An operator action: the operation after it and the audit row it wrote.
+    pub fn action(&self, operation: Option<&pb::Operation>, audit: Option<&pb::AuditEntry>) {
+        self.print(json!({
+            "operation": operation_json(&operation.cloned().unwrap_or_default()),
+            "audit": audit_json(&audit.cloned().unwrap_or_default()),
+        }));
     }
 
     pub fn operation(&self, operation: &pb::Operation) {
@@ -110,6 +149,16 @@ fn operation_json(operation: &pb::Operation) -> Value {
     if operation.reconciling {
         object.insert("reconciling".into(), json!(true));
     }
+    if operation.held {
+        object.insert("held".into(), json!(true));
+        object.insert(
+            "held_at".into(),
+            json!(timestamp(operation.held_at.as_ref())),
+        );
+    }
+    if let Some(parameters) = &operation.parameters {
+        object.insert("parameters".into(), struct_json(parameters));
+    }
     if let Some(failure) = &operation.failure {
         object.insert(
             "failure".into(),
@@ -148,6 +197,51 @@ fn execution_json(execution: &pb::Execution) -> Value {
         "error_class": execution.error_class,
         "message": execution.message,
     })
+}
+
+fn audit_json(entry: &pb::AuditEntry) -> Value {
+    let status = |status: pb::OperationStatus| {
+        status
+            .as_str_name()
+            .trim_start_matches("OPERATION_STATUS_")
+            .to_owned()
+    };
+    json!({
+        "action": entry.action().as_str_name().trim_start_matches("ADMIN_ACTION_"),
+        "operator": entry.operator,
+        "reason": entry.reason,
+        "revision": entry.revision,
+        "principal": entry.principal,
+        "status_before": status(entry.status_before()),
+        "status_after": status(entry.status_after()),
+        "held_before": entry.held_before,
+        "held_after": entry.held_after,
+        "token_before": entry.token_before,
+        "token_after": entry.token_after,
+        "at": timestamp(entry.at.as_ref()),
+    })
+}
+
+fn struct_json(object: &prost_types::Struct) -> Value {
+    Value::Object(
+        object
+            .fields
+            .iter()
+            .map(|(name, value)| (name.clone(), value_json(value)))
+            .collect(),
+    )
+}
+
+fn value_json(value: &prost_types::Value) -> Value {
+    use prost_types::value::Kind;
+    match &value.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::BoolValue(flag)) => json!(flag),
+        Some(Kind::NumberValue(number)) => json!(number),
+        Some(Kind::StringValue(text)) => json!(text),
+        Some(Kind::ListValue(list)) => Value::Array(list.values.iter().map(value_json).collect()),
+        Some(Kind::StructValue(object)) => struct_json(object),
+    }
 }
 
 /// Bytes as text when they are UTF-8, else as hex under `<field>_hex`.

@@ -40,6 +40,11 @@ export enum ClaimOutcome {
   CLAIM_OUTCOME_RECONCILE = 5,
   /** CLAIM_OUTCOME_DEAD - The retry budget is exhausted; manual action is needed. */
   CLAIM_OUTCOME_DEAD = 6,
+  /**
+   * CLAIM_OUTCOME_HELD - An operator froze the operation while it is investigated; claim again
+   * after retry_after or ask the operator. A lease the hold revoked is gone.
+   */
+  CLAIM_OUTCOME_HELD = 7,
   UNRECOGNIZED = -1,
 }
 
@@ -66,6 +71,9 @@ export function claimOutcomeFromJSON(object: any): ClaimOutcome {
     case 6:
     case "CLAIM_OUTCOME_DEAD":
       return ClaimOutcome.CLAIM_OUTCOME_DEAD;
+    case 7:
+    case "CLAIM_OUTCOME_HELD":
+      return ClaimOutcome.CLAIM_OUTCOME_HELD;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -89,6 +97,8 @@ export function claimOutcomeToJSON(object: ClaimOutcome): string {
       return "CLAIM_OUTCOME_RECONCILE";
     case ClaimOutcome.CLAIM_OUTCOME_DEAD:
       return "CLAIM_OUTCOME_DEAD";
+    case ClaimOutcome.CLAIM_OUTCOME_HELD:
+      return "CLAIM_OUTCOME_HELD";
     case ClaimOutcome.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -219,6 +229,8 @@ export enum ExecutionOutcome {
   EXECUTION_OUTCOME_UNKNOWN = 5,
   /** EXECUTION_OUTCOME_SUPERSEDED - The lease expired and another execution took over without a report. */
   EXECUTION_OUTCOME_SUPERSEDED = 6,
+  /** EXECUTION_OUTCOME_REVOKED - An operator revoked the lease (a hold or a resolution) before a report. */
+  EXECUTION_OUTCOME_REVOKED = 7,
   UNRECOGNIZED = -1,
 }
 
@@ -245,6 +257,9 @@ export function executionOutcomeFromJSON(object: any): ExecutionOutcome {
     case 6:
     case "EXECUTION_OUTCOME_SUPERSEDED":
       return ExecutionOutcome.EXECUTION_OUTCOME_SUPERSEDED;
+    case 7:
+    case "EXECUTION_OUTCOME_REVOKED":
+      return ExecutionOutcome.EXECUTION_OUTCOME_REVOKED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -268,7 +283,61 @@ export function executionOutcomeToJSON(object: ExecutionOutcome): string {
       return "EXECUTION_OUTCOME_UNKNOWN";
     case ExecutionOutcome.EXECUTION_OUTCOME_SUPERSEDED:
       return "EXECUTION_OUTCOME_SUPERSEDED";
+    case ExecutionOutcome.EXECUTION_OUTCOME_REVOKED:
+      return "EXECUTION_OUTCOME_REVOKED";
     case ExecutionOutcome.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+/** What an operator did (OperationAdmin). */
+export enum AdminAction {
+  ADMIN_ACTION_UNSPECIFIED = 0,
+  ADMIN_ACTION_RESOLVE = 1,
+  ADMIN_ACTION_REQUEUE = 2,
+  ADMIN_ACTION_HOLD = 3,
+  ADMIN_ACTION_RELEASE = 4,
+  UNRECOGNIZED = -1,
+}
+
+export function adminActionFromJSON(object: any): AdminAction {
+  switch (object) {
+    case 0:
+    case "ADMIN_ACTION_UNSPECIFIED":
+      return AdminAction.ADMIN_ACTION_UNSPECIFIED;
+    case 1:
+    case "ADMIN_ACTION_RESOLVE":
+      return AdminAction.ADMIN_ACTION_RESOLVE;
+    case 2:
+    case "ADMIN_ACTION_REQUEUE":
+      return AdminAction.ADMIN_ACTION_REQUEUE;
+    case 3:
+    case "ADMIN_ACTION_HOLD":
+      return AdminAction.ADMIN_ACTION_HOLD;
+    case 4:
+    case "ADMIN_ACTION_RELEASE":
+      return AdminAction.ADMIN_ACTION_RELEASE;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return AdminAction.UNRECOGNIZED;
+  }
+}
+
+export function adminActionToJSON(object: AdminAction): string {
+  switch (object) {
+    case AdminAction.ADMIN_ACTION_UNSPECIFIED:
+      return "ADMIN_ACTION_UNSPECIFIED";
+    case AdminAction.ADMIN_ACTION_RESOLVE:
+      return "ADMIN_ACTION_RESOLVE";
+    case AdminAction.ADMIN_ACTION_REQUEUE:
+      return "ADMIN_ACTION_REQUEUE";
+    case AdminAction.ADMIN_ACTION_HOLD:
+      return "ADMIN_ACTION_HOLD";
+    case AdminAction.ADMIN_ACTION_RELEASE:
+      return "ADMIN_ACTION_RELEASE";
+    case AdminAction.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
   }
@@ -329,7 +398,7 @@ export interface ClaimResponse {
   operation:
     | Operation
     | undefined;
-  /** Set for IN_PROGRESS and RETRY_LATER. */
+  /** Set for IN_PROGRESS, RETRY_LATER and HELD. */
   retryAfter: Duration | undefined;
 }
 
@@ -384,6 +453,10 @@ export interface LookupRequest {
   namespace: string;
   operationKey: string;
   includeExecutions: boolean;
+  /** Fill Operation.parameters when they were given as a Struct. */
+  includeParameters: boolean;
+  /** Return the operator actions taken on the operation. */
+  includeAudit: boolean;
 }
 
 export interface LookupResponse {
@@ -392,6 +465,43 @@ export interface LookupResponse {
     | undefined;
   /** Ordered by attempt, ascending. */
   executions: Execution[];
+  /** Oldest first. */
+  audit: AuditEntry[];
+}
+
+export interface ClaimDueRequest {
+  namespace: string;
+  owner: string;
+  /** The worker's run id, recorded in each execution. */
+  executionId: string;
+  /** Lease length. Absent: the server default (30 s). */
+  leaseTtl:
+    | Duration
+    | undefined;
+  /** Most operations handed out, 1 to 1000. Zero: 100. */
+  limit: number;
+}
+
+export interface ClaimDueResponse {
+  /**
+   * Oldest due first. Fewer than the limit (or none) when no more is due now,
+   * the namespace's concurrent-retry cap is reached, or due rows are locked
+   * by another worker (they come back on a later call).
+   */
+  operations: DueOperation[];
+}
+
+export interface DueOperation {
+  /**
+   * ACQUIRED (a retry or a takeover: execute) or RECONCILE (the last outcome
+   * is unknown: check the remote system first).
+   */
+  outcome: ClaimOutcome;
+  lease:
+    | Lease
+    | undefined;
+  /** With parameters, when they were given as a Struct. */
+  operation: Operation | undefined;
 }
 
 export interface RenewRequest {
@@ -469,6 +579,19 @@ export interface Operation {
   /** The last retryable or unknown error reported, if any. */
   lastErrorClass: string;
   lastErrorMessage: string;
+  /**
+   * True while an operator holds the operation (OperationAdmin.HoldOperation):
+   * Claim answers HELD and ClaimDue skips it.
+   */
+  held: boolean;
+  heldAt:
+    | Date
+    | undefined;
+  /**
+   * The stored parameters, when they were given as a Struct. Filled by
+   * ClaimDue always, and by Lookup with include_parameters.
+   */
+  parameters: { [key: string]: any } | undefined;
 }
 
 export interface Execution {
@@ -483,6 +606,28 @@ export interface Execution {
   errorClass: string;
   message: string;
   kind: ExecutionKind;
+}
+
+/**
+ * One operator action on an operation, written in the same transaction as the
+ * change it describes.
+ */
+export interface AuditEntry {
+  action: AdminAction;
+  /** Who acted, as they stated it. */
+  operator: string;
+  reason: string;
+  /** For REQUEUE: what changed outside opreg (e.g. "account unblocked"). */
+  revision: string;
+  /** The authenticated caller, once identities exist; empty until then. */
+  principal: string;
+  statusBefore: OperationStatus;
+  statusAfter: OperationStatus;
+  tokenBefore: bigint;
+  tokenAfter: bigint;
+  at: Date | undefined;
+  heldBefore: boolean;
+  heldAfter: boolean;
 }
 
 function createBaseClaimRequest(): ClaimRequest {
@@ -1760,7 +1905,7 @@ export const CompleteResponse: MessageFns<CompleteResponse> = {
 };
 
 function createBaseLookupRequest(): LookupRequest {
-  return { namespace: "", operationKey: "", includeExecutions: false };
+  return { namespace: "", operationKey: "", includeExecutions: false, includeParameters: false, includeAudit: false };
 }
 
 export const LookupRequest: MessageFns<LookupRequest> = {
@@ -1773,6 +1918,12 @@ export const LookupRequest: MessageFns<LookupRequest> = {
     }
     if (message.includeExecutions !== false) {
       writer.uint32(24).bool(message.includeExecutions);
+    }
+    if (message.includeParameters !== false) {
+      writer.uint32(32).bool(message.includeParameters);
+    }
+    if (message.includeAudit !== false) {
+      writer.uint32(40).bool(message.includeAudit);
     }
     return writer;
   },
@@ -1814,6 +1965,22 @@ export const LookupRequest: MessageFns<LookupRequest> = {
             message.includeExecutions = reader.bool();
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.includeParameters = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.includeAudit = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1839,6 +2006,16 @@ export const LookupRequest: MessageFns<LookupRequest> = {
         : isSet(object.include_executions)
         ? globalThis.Boolean(object.include_executions)
         : false,
+      includeParameters: isSet(object.includeParameters)
+        ? globalThis.Boolean(object.includeParameters)
+        : isSet(object.include_parameters)
+        ? globalThis.Boolean(object.include_parameters)
+        : false,
+      includeAudit: isSet(object.includeAudit)
+        ? globalThis.Boolean(object.includeAudit)
+        : isSet(object.include_audit)
+        ? globalThis.Boolean(object.include_audit)
+        : false,
     };
   },
 
@@ -1853,6 +2030,12 @@ export const LookupRequest: MessageFns<LookupRequest> = {
     if (message.includeExecutions !== false) {
       obj.includeExecutions = message.includeExecutions;
     }
+    if (message.includeParameters !== false) {
+      obj.includeParameters = message.includeParameters;
+    }
+    if (message.includeAudit !== false) {
+      obj.includeAudit = message.includeAudit;
+    }
     return obj;
   },
 
@@ -1864,12 +2047,14 @@ export const LookupRequest: MessageFns<LookupRequest> = {
     message.namespace = object.namespace ?? "";
     message.operationKey = object.operationKey ?? "";
     message.includeExecutions = object.includeExecutions ?? false;
+    message.includeParameters = object.includeParameters ?? false;
+    message.includeAudit = object.includeAudit ?? false;
     return message;
   },
 };
 
 function createBaseLookupResponse(): LookupResponse {
-  return { operation: undefined, executions: [] };
+  return { operation: undefined, executions: [], audit: [] };
 }
 
 export const LookupResponse: MessageFns<LookupResponse> = {
@@ -1879,6 +2064,9 @@ export const LookupResponse: MessageFns<LookupResponse> = {
     }
     for (const v of message.executions) {
       Execution.encode(v!, writer.uint32(18).fork()).join();
+    }
+    for (const v of message.audit) {
+      AuditEntry.encode(v!, writer.uint32(26).fork()).join();
     }
     return writer;
   },
@@ -1912,6 +2100,14 @@ export const LookupResponse: MessageFns<LookupResponse> = {
             message.executions.push(Execution.decode(reader, reader.uint32()));
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.audit.push(AuditEntry.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1930,6 +2126,7 @@ export const LookupResponse: MessageFns<LookupResponse> = {
       executions: globalThis.Array.isArray(object?.executions)
         ? object.executions.map((e: any) => Execution.fromJSON(e))
         : [],
+      audit: globalThis.Array.isArray(object?.audit) ? object.audit.map((e: any) => AuditEntry.fromJSON(e)) : [],
     };
   },
 
@@ -1940,6 +2137,9 @@ export const LookupResponse: MessageFns<LookupResponse> = {
     }
     if (message.executions?.length) {
       obj.executions = message.executions.map((e) => Execution.toJSON(e));
+    }
+    if (message.audit?.length) {
+      obj.audit = message.audit.map((e) => AuditEntry.toJSON(e));
     }
     return obj;
   },
@@ -1953,6 +2153,324 @@ export const LookupResponse: MessageFns<LookupResponse> = {
       ? Operation.fromPartial(object.operation)
       : undefined;
     message.executions = object.executions?.map((e) => Execution.fromPartial(e)) || [];
+    message.audit = object.audit?.map((e) => AuditEntry.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseClaimDueRequest(): ClaimDueRequest {
+  return { namespace: "", owner: "", executionId: "", leaseTtl: undefined, limit: 0 };
+}
+
+export const ClaimDueRequest: MessageFns<ClaimDueRequest> = {
+  encode(message: ClaimDueRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.namespace !== "") {
+      writer.uint32(10).string(message.namespace);
+    }
+    if (message.owner !== "") {
+      writer.uint32(18).string(message.owner);
+    }
+    if (message.executionId !== "") {
+      writer.uint32(26).string(message.executionId);
+    }
+    if (message.leaseTtl !== undefined) {
+      Duration.encode(message.leaseTtl, writer.uint32(34).fork()).join();
+    }
+    if (message.limit !== 0) {
+      writer.uint32(40).uint32(message.limit);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ClaimDueRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseClaimDueRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.namespace = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.owner = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.executionId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.leaseTtl = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.limit = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ClaimDueRequest {
+    return {
+      namespace: isSet(object.namespace) ? globalThis.String(object.namespace) : "",
+      owner: isSet(object.owner) ? globalThis.String(object.owner) : "",
+      executionId: isSet(object.executionId)
+        ? globalThis.String(object.executionId)
+        : isSet(object.execution_id)
+        ? globalThis.String(object.execution_id)
+        : "",
+      leaseTtl: isSet(object.leaseTtl)
+        ? Duration.fromJSON(object.leaseTtl)
+        : isSet(object.lease_ttl)
+        ? Duration.fromJSON(object.lease_ttl)
+        : undefined,
+      limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
+    };
+  },
+
+  toJSON(message: ClaimDueRequest): unknown {
+    const obj: any = {};
+    if (message.namespace !== "") {
+      obj.namespace = message.namespace;
+    }
+    if (message.owner !== "") {
+      obj.owner = message.owner;
+    }
+    if (message.executionId !== "") {
+      obj.executionId = message.executionId;
+    }
+    if (message.leaseTtl !== undefined) {
+      obj.leaseTtl = Duration.toJSON(message.leaseTtl);
+    }
+    if (message.limit !== 0) {
+      obj.limit = Math.round(message.limit);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ClaimDueRequest>): ClaimDueRequest {
+    return ClaimDueRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ClaimDueRequest>): ClaimDueRequest {
+    const message = createBaseClaimDueRequest();
+    message.namespace = object.namespace ?? "";
+    message.owner = object.owner ?? "";
+    message.executionId = object.executionId ?? "";
+    message.leaseTtl = (object.leaseTtl !== undefined && object.leaseTtl !== null)
+      ? Duration.fromPartial(object.leaseTtl)
+      : undefined;
+    message.limit = object.limit ?? 0;
+    return message;
+  },
+};
+
+function createBaseClaimDueResponse(): ClaimDueResponse {
+  return { operations: [] };
+}
+
+export const ClaimDueResponse: MessageFns<ClaimDueResponse> = {
+  encode(message: ClaimDueResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.operations) {
+      DueOperation.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ClaimDueResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseClaimDueResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.operations.push(DueOperation.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ClaimDueResponse {
+    return {
+      operations: globalThis.Array.isArray(object?.operations)
+        ? object.operations.map((e: any) => DueOperation.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: ClaimDueResponse): unknown {
+    const obj: any = {};
+    if (message.operations?.length) {
+      obj.operations = message.operations.map((e) => DueOperation.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ClaimDueResponse>): ClaimDueResponse {
+    return ClaimDueResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ClaimDueResponse>): ClaimDueResponse {
+    const message = createBaseClaimDueResponse();
+    message.operations = object.operations?.map((e) => DueOperation.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseDueOperation(): DueOperation {
+  return { outcome: 0, lease: undefined, operation: undefined };
+}
+
+export const DueOperation: MessageFns<DueOperation> = {
+  encode(message: DueOperation, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.outcome !== 0) {
+      writer.uint32(8).int32(message.outcome);
+    }
+    if (message.lease !== undefined) {
+      Lease.encode(message.lease, writer.uint32(18).fork()).join();
+    }
+    if (message.operation !== undefined) {
+      Operation.encode(message.operation, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DueOperation {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDueOperation();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.outcome = reader.int32() as any;
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.lease = Lease.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.operation = Operation.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DueOperation {
+    return {
+      outcome: isSet(object.outcome) ? claimOutcomeFromJSON(object.outcome) : 0,
+      lease: isSet(object.lease) ? Lease.fromJSON(object.lease) : undefined,
+      operation: isSet(object.operation) ? Operation.fromJSON(object.operation) : undefined,
+    };
+  },
+
+  toJSON(message: DueOperation): unknown {
+    const obj: any = {};
+    if (message.outcome !== 0) {
+      obj.outcome = claimOutcomeToJSON(message.outcome);
+    }
+    if (message.lease !== undefined) {
+      obj.lease = Lease.toJSON(message.lease);
+    }
+    if (message.operation !== undefined) {
+      obj.operation = Operation.toJSON(message.operation);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DueOperation>): DueOperation {
+    return DueOperation.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DueOperation>): DueOperation {
+    const message = createBaseDueOperation();
+    message.outcome = object.outcome ?? 0;
+    message.lease = (object.lease !== undefined && object.lease !== null) ? Lease.fromPartial(object.lease) : undefined;
+    message.operation = (object.operation !== undefined && object.operation !== null)
+      ? Operation.fromPartial(object.operation)
+      : undefined;
     return message;
   },
 };
@@ -2666,6 +3184,9 @@ function createBaseOperation(): Operation {
     completedAt: undefined,
     lastErrorClass: "",
     lastErrorMessage: "",
+    held: false,
+    heldAt: undefined,
+    parameters: undefined,
   };
 }
 
@@ -2727,6 +3248,15 @@ export const Operation: MessageFns<Operation> = {
     }
     if (message.lastErrorMessage !== "") {
       writer.uint32(154).string(message.lastErrorMessage);
+    }
+    if (message.held !== false) {
+      writer.uint32(160).bool(message.held);
+    }
+    if (message.heldAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.heldAt), writer.uint32(170).fork()).join();
+    }
+    if (message.parameters !== undefined) {
+      Struct.encode(Struct.wrap(message.parameters), writer.uint32(178).fork()).join();
     }
     return writer;
   },
@@ -2896,6 +3426,30 @@ export const Operation: MessageFns<Operation> = {
             message.lastErrorMessage = reader.string();
             continue;
           }
+          case 20: {
+            if (tag !== 160) {
+              break;
+            }
+
+            message.held = reader.bool();
+            continue;
+          }
+          case 21: {
+            if (tag !== 170) {
+              break;
+            }
+
+            message.heldAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 22: {
+            if (tag !== 178) {
+              break;
+            }
+
+            message.parameters = Struct.unwrap(Struct.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2973,6 +3527,13 @@ export const Operation: MessageFns<Operation> = {
         : isSet(object.last_error_message)
         ? globalThis.String(object.last_error_message)
         : "",
+      held: isSet(object.held) ? globalThis.Boolean(object.held) : false,
+      heldAt: isSet(object.heldAt)
+        ? fromJsonTimestamp(object.heldAt)
+        : isSet(object.held_at)
+        ? fromJsonTimestamp(object.held_at)
+        : undefined,
+      parameters: isObject(object.parameters) ? object.parameters : undefined,
     };
   },
 
@@ -3035,6 +3596,15 @@ export const Operation: MessageFns<Operation> = {
     if (message.lastErrorMessage !== "") {
       obj.lastErrorMessage = message.lastErrorMessage;
     }
+    if (message.held !== false) {
+      obj.held = message.held;
+    }
+    if (message.heldAt !== undefined) {
+      obj.heldAt = message.heldAt.toISOString();
+    }
+    if (message.parameters !== undefined) {
+      obj.parameters = message.parameters;
+    }
     return obj;
   },
 
@@ -3064,6 +3634,9 @@ export const Operation: MessageFns<Operation> = {
     message.completedAt = object.completedAt ?? undefined;
     message.lastErrorClass = object.lastErrorClass ?? "";
     message.lastErrorMessage = object.lastErrorMessage ?? "";
+    message.held = object.held ?? false;
+    message.heldAt = object.heldAt ?? undefined;
+    message.parameters = object.parameters ?? undefined;
     return message;
   },
 };
@@ -3317,11 +3890,304 @@ export const Execution: MessageFns<Execution> = {
   },
 };
 
+function createBaseAuditEntry(): AuditEntry {
+  return {
+    action: 0,
+    operator: "",
+    reason: "",
+    revision: "",
+    principal: "",
+    statusBefore: 0,
+    statusAfter: 0,
+    tokenBefore: 0n,
+    tokenAfter: 0n,
+    at: undefined,
+    heldBefore: false,
+    heldAfter: false,
+  };
+}
+
+export const AuditEntry: MessageFns<AuditEntry> = {
+  encode(message: AuditEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.action !== 0) {
+      writer.uint32(8).int32(message.action);
+    }
+    if (message.operator !== "") {
+      writer.uint32(18).string(message.operator);
+    }
+    if (message.reason !== "") {
+      writer.uint32(26).string(message.reason);
+    }
+    if (message.revision !== "") {
+      writer.uint32(34).string(message.revision);
+    }
+    if (message.principal !== "") {
+      writer.uint32(42).string(message.principal);
+    }
+    if (message.statusBefore !== 0) {
+      writer.uint32(48).int32(message.statusBefore);
+    }
+    if (message.statusAfter !== 0) {
+      writer.uint32(56).int32(message.statusAfter);
+    }
+    if (message.tokenBefore !== 0n) {
+      if (BigInt.asUintN(64, message.tokenBefore) !== message.tokenBefore) {
+        throw new globalThis.Error("value provided for field message.tokenBefore of type uint64 too large");
+      }
+      writer.uint32(64).uint64(message.tokenBefore);
+    }
+    if (message.tokenAfter !== 0n) {
+      if (BigInt.asUintN(64, message.tokenAfter) !== message.tokenAfter) {
+        throw new globalThis.Error("value provided for field message.tokenAfter of type uint64 too large");
+      }
+      writer.uint32(72).uint64(message.tokenAfter);
+    }
+    if (message.at !== undefined) {
+      Timestamp.encode(toTimestamp(message.at), writer.uint32(82).fork()).join();
+    }
+    if (message.heldBefore !== false) {
+      writer.uint32(88).bool(message.heldBefore);
+    }
+    if (message.heldAfter !== false) {
+      writer.uint32(96).bool(message.heldAfter);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AuditEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAuditEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.action = reader.int32() as any;
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.operator = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.revision = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.principal = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.statusBefore = reader.int32() as any;
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.statusAfter = reader.int32() as any;
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.tokenBefore = reader.uint64() as bigint;
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.tokenAfter = reader.uint64() as bigint;
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.at = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.heldBefore = reader.bool();
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.heldAfter = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AuditEntry {
+    return {
+      action: isSet(object.action) ? adminActionFromJSON(object.action) : 0,
+      operator: isSet(object.operator) ? globalThis.String(object.operator) : "",
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+      revision: isSet(object.revision) ? globalThis.String(object.revision) : "",
+      principal: isSet(object.principal) ? globalThis.String(object.principal) : "",
+      statusBefore: isSet(object.statusBefore)
+        ? operationStatusFromJSON(object.statusBefore)
+        : isSet(object.status_before)
+        ? operationStatusFromJSON(object.status_before)
+        : 0,
+      statusAfter: isSet(object.statusAfter)
+        ? operationStatusFromJSON(object.statusAfter)
+        : isSet(object.status_after)
+        ? operationStatusFromJSON(object.status_after)
+        : 0,
+      tokenBefore: isSet(object.tokenBefore)
+        ? BigInt(object.tokenBefore)
+        : isSet(object.token_before)
+        ? BigInt(object.token_before)
+        : 0n,
+      tokenAfter: isSet(object.tokenAfter)
+        ? BigInt(object.tokenAfter)
+        : isSet(object.token_after)
+        ? BigInt(object.token_after)
+        : 0n,
+      at: isSet(object.at) ? fromJsonTimestamp(object.at) : undefined,
+      heldBefore: isSet(object.heldBefore)
+        ? globalThis.Boolean(object.heldBefore)
+        : isSet(object.held_before)
+        ? globalThis.Boolean(object.held_before)
+        : false,
+      heldAfter: isSet(object.heldAfter)
+        ? globalThis.Boolean(object.heldAfter)
+        : isSet(object.held_after)
+        ? globalThis.Boolean(object.held_after)
+        : false,
+    };
+  },
+
+  toJSON(message: AuditEntry): unknown {
+    const obj: any = {};
+    if (message.action !== 0) {
+      obj.action = adminActionToJSON(message.action);
+    }
+    if (message.operator !== "") {
+      obj.operator = message.operator;
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
+    if (message.revision !== "") {
+      obj.revision = message.revision;
+    }
+    if (message.principal !== "") {
+      obj.principal = message.principal;
+    }
+    if (message.statusBefore !== 0) {
+      obj.statusBefore = operationStatusToJSON(message.statusBefore);
+    }
+    if (message.statusAfter !== 0) {
+      obj.statusAfter = operationStatusToJSON(message.statusAfter);
+    }
+    if (message.tokenBefore !== 0n) {
+      obj.tokenBefore = message.tokenBefore.toString();
+    }
+    if (message.tokenAfter !== 0n) {
+      obj.tokenAfter = message.tokenAfter.toString();
+    }
+    if (message.at !== undefined) {
+      obj.at = message.at.toISOString();
+    }
+    if (message.heldBefore !== false) {
+      obj.heldBefore = message.heldBefore;
+    }
+    if (message.heldAfter !== false) {
+      obj.heldAfter = message.heldAfter;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AuditEntry>): AuditEntry {
+    return AuditEntry.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AuditEntry>): AuditEntry {
+    const message = createBaseAuditEntry();
+    message.action = object.action ?? 0;
+    message.operator = object.operator ?? "";
+    message.reason = object.reason ?? "";
+    message.revision = object.revision ?? "";
+    message.principal = object.principal ?? "";
+    message.statusBefore = object.statusBefore ?? 0;
+    message.statusAfter = object.statusAfter ?? 0;
+    message.tokenBefore = (object.tokenBefore !== undefined && object.tokenBefore !== null)
+      ? BigInt(object.tokenBefore)
+      : 0n;
+    message.tokenAfter = (object.tokenAfter !== undefined && object.tokenAfter !== null)
+      ? BigInt(object.tokenAfter)
+      : 0n;
+    message.at = object.at ?? undefined;
+    message.heldBefore = object.heldBefore ?? false;
+    message.heldAfter = object.heldAfter ?? false;
+    return message;
+  },
+};
+
 /**
  * Errors carry exactly one google.rpc.ErrorInfo (domain "opreg"); its reason is
  * one of: PARAMETER_CONFLICT, STALE_FENCING_TOKEN, ALREADY_COMPLETED,
  * LEASE_NOT_HELD, ORIGINAL_OUTCOME_UNKNOWN, NOTHING_TO_COMPENSATE,
  * ALREADY_COMPENSATED, OPERATION_NOT_FOUND, RESOURCE_NOT_FOUND,
+ * INVALID_TRANSITION (OperationAdmin; metadata currentStatus),
  * INVALID_ARGUMENT (with a google.rpc.BadRequest), STORE_UNAVAILABLE, INTERNAL.
  */
 export type OperationRegistryService = typeof OperationRegistryService;
@@ -3386,6 +4252,21 @@ export const OperationRegistryService = {
     responseSerialize: (value: GetResourceResponse): Buffer => Buffer.from(GetResourceResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetResourceResponse => GetResourceResponse.decode(value),
   },
+  /**
+   * Hands due work in one namespace to a worker, oldest due first: retries
+   * whose time has come and expired leases (as ACQUIRED), unknown outcomes and
+   * expired reconcile leases (as RECONCILE). Each operation goes to exactly one
+   * caller per token; held operations are skipped.
+   */
+  claimDue: {
+    path: "/opreg.v1.OperationRegistry/ClaimDue" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ClaimDueRequest): Buffer => Buffer.from(ClaimDueRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ClaimDueRequest => ClaimDueRequest.decode(value),
+    responseSerialize: (value: ClaimDueResponse): Buffer => Buffer.from(ClaimDueResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ClaimDueResponse => ClaimDueResponse.decode(value),
+  },
 } as const;
 
 export interface OperationRegistryServer extends UntypedServiceImplementation {
@@ -3401,6 +4282,13 @@ export interface OperationRegistryServer extends UntypedServiceImplementation {
   fencedWrite: handleUnaryCall<FencedWriteRequest, FencedWriteResponse>;
   /** Reads a protected resource. */
   getResource: handleUnaryCall<GetResourceRequest, GetResourceResponse>;
+  /**
+   * Hands due work in one namespace to a worker, oldest due first: retries
+   * whose time has come and expired leases (as ACQUIRED), unknown outcomes and
+   * expired reconcile leases (as RECONCILE). Each operation goes to exactly one
+   * caller per token; held operations are skipped.
+   */
+  claimDue: handleUnaryCall<ClaimDueRequest, ClaimDueResponse>;
 }
 
 export interface OperationRegistryClient extends Client {
@@ -3499,6 +4387,27 @@ export interface OperationRegistryClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetResourceResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Hands due work in one namespace to a worker, oldest due first: retries
+   * whose time has come and expired leases (as ACQUIRED), unknown outcomes and
+   * expired reconcile leases (as RECONCILE). Each operation goes to exactly one
+   * caller per token; held operations are skipped.
+   */
+  claimDue(
+    request: ClaimDueRequest,
+    callback: (error: ServiceError | null, response: ClaimDueResponse) => void,
+  ): ClientUnaryCall;
+  claimDue(
+    request: ClaimDueRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ClaimDueResponse) => void,
+  ): ClientUnaryCall;
+  claimDue(
+    request: ClaimDueRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ClaimDueResponse) => void,
   ): ClientUnaryCall;
 }
 

@@ -1,34 +1,34 @@
-//! Statements on `operations`. Each state transition is one guarded statement
-//! that also writes the matching `executions` row; callers check that it
-//! returned the row. Every time comes from `clock_timestamp()`, evaluated after
-//! any lock wait, never from this process's clock.
+//! The caller-driven transitions: registration, executions started by Claim
+//! and ClaimDue, exhaustion, recorded outcomes and renewals.
 
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-use crate::domain::commands::ClaimCommand;
+use super::{Guards, OperationRow, operation_columns, operations};
+use crate::domain::commands::{ClaimCommand, LeaseRequest};
 use crate::domain::complete::{Report, Transition};
-use crate::domain::operation::{ExecutionKind, Operation, Status};
+use crate::domain::ids::{FencingToken, Namespace, OperationKey};
+use crate::domain::operation::{ExecutionKind, Operation};
 use crate::domain::policy::micros_ceil;
-
-/// An operation read together with the database clock.
-#[derive(Debug, sqlx::FromRow)]
-pub struct Observed {
-    #[sqlx(flatten)]
-    pub operation: Operation,
-    pub db_now: DateTime<Utc>,
-}
+use crate::store::QueryTimer;
 
 /// A registration attempt that created the row.
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Debug)]
 pub struct Registered {
-    #[sqlx(flatten)]
     pub operation: Operation,
     /// For a compensation: whether the original was linked to it.
     pub linked_original: bool,
     /// The database clock once the row was in: later than `created_at` by
     /// any wait on a racing registration of the same key.
     pub returned_at: DateTime<Utc>,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct RegisteredRow {
+    #[sqlx(flatten)]
+    operation: OperationRow,
+    linked_original: bool,
+    returned_at: DateTime<Utc>,
 }
 
 /// Registers a new operation with its first lease and first execution, or does
@@ -40,8 +40,8 @@ pub async fn insert_new(
     db: impl PgExecutor<'_>,
     claim: &ClaimCommand,
 ) -> sqlx::Result<Option<Registered>> {
-    let _timer = super::QueryTimer::start("operations_insert_new");
-    sqlx::query_as(
+    let _timer = QueryTimer::start("operations_insert_new");
+    let row: Option<RegisteredRow> = sqlx::query_as(concat!(
         "WITH inserted AS (
              INSERT INTO operations (
                  namespace, operation_key, status, parameters_digest, parameters_canonical,
@@ -54,7 +54,9 @@ pub async fn insert_new(
                     clock.now, clock.now
              FROM (SELECT clock_timestamp() AS now) AS clock
              ON CONFLICT (namespace, operation_key) DO NOTHING
-             RETURNING *
+             RETURNING ",
+        operation_columns!(),
+        "
          ),
          first_execution AS (
              INSERT INTO executions (
@@ -72,24 +74,31 @@ pub async fn insert_new(
                AND original.compensated_by IS NULL
              RETURNING original.operation_key
          )
-         SELECT inserted.*, EXISTS (SELECT 1 FROM linked) AS linked_original,
+         SELECT ",
+        operation_columns!(),
+        ", EXISTS (SELECT 1 FROM linked) AS linked_original,
                 clock_timestamp() AS returned_at
-         FROM inserted",
-    )
-    .bind(&claim.namespace)
-    .bind(&claim.operation_key)
+         FROM inserted"
+    ))
+    .bind(claim.namespace.as_str())
+    .bind(claim.operation_key.as_str())
     .bind(&claim.fingerprint.digest)
     .bind(&claim.fingerprint.canonical)
-    .bind(&claim.compensates)
-    .bind(&claim.owner)
-    .bind(micros_ceil(claim.lease_ttl))
+    .bind(claim.compensates.as_ref().map(OperationKey::as_str))
+    .bind(&claim.lease.owner)
+    .bind(micros_ceil(claim.lease.ttl))
     .bind(i32::try_from(claim.retry_policy.max_attempts).unwrap_or(i32::MAX))
     .bind(micros_ceil(claim.retry_policy.initial_backoff))
     .bind(micros_ceil(claim.retry_policy.max_backoff))
     .bind(micros_ceil(claim.retry_policy.deadline))
-    .bind(&claim.execution_id)
+    .bind(&claim.lease.execution_id)
     .fetch_optional(db)
-    .await
+    .await?;
+    Ok(row.map(|row| Registered {
+        operation: row.operation.into(),
+        linked_original: row.linked_original,
+        returned_at: row.returned_at,
+    }))
 }
 
 /// Restarts the clock of a first lease whose registration waited on a racing
@@ -100,8 +109,8 @@ pub async fn restart_first_lease(
     registered: &Operation,
     lease_ttl: std::time::Duration,
 ) -> sqlx::Result<Option<Operation>> {
-    let _timer = super::QueryTimer::start("operations_restart_first_lease");
-    sqlx::query_as(
+    let _timer = QueryTimer::start("operations_restart_first_lease");
+    let row: Option<OperationRow> = sqlx::query_as(concat!(
         "WITH restarted AS (
              UPDATE operations SET
                  deadline_at = deadline_at + (clock_timestamp() - created_at),
@@ -110,151 +119,123 @@ pub async fn restart_first_lease(
                  updated_at = clock_timestamp()
              WHERE namespace = $1 AND operation_key = $2
                AND fencing_token = $3 AND status = 'in_progress'
-             RETURNING *
+             RETURNING ",
+        operation_columns!(),
+        "
          ),
          execution AS (
              UPDATE executions AS e SET started_at = restarted.created_at
              FROM restarted
              WHERE e.fencing_token = restarted.fencing_token
          )
-         SELECT * FROM restarted",
-    )
-    .bind(&registered.namespace)
-    .bind(&registered.operation_key)
-    .bind(registered.fencing_token)
+         SELECT ",
+        operation_columns!(),
+        " FROM restarted"
+    ))
+    .bind(registered.namespace.as_str())
+    .bind(registered.operation_key.as_str())
+    .bind(registered.fencing_token.as_i64())
     .bind(micros_ceil(lease_ttl))
     .fetch_optional(db)
-    .await
+    .await?;
+    Ok(row.map(Operation::from))
 }
 
-/// Reads an operation and the database clock. A separate statement from any
-/// insert, so in READ COMMITTED it sees what a racing registration committed.
-pub async fn find(
-    db: impl PgExecutor<'_>,
-    namespace: &str,
-    operation_key: &str,
-) -> sqlx::Result<Option<Observed>> {
-    let _timer = super::QueryTimer::start("operations_find");
-    observe(
-        db,
-        "SELECT *, clock_timestamp() AS db_now FROM operations
-         WHERE namespace = $1 AND operation_key = $2",
-        namespace,
-        operation_key,
-    )
-    .await
-}
-
-/// Like [`find`], and locks the row until the transaction ends, ordering this
-/// transaction against takeovers and completions.
-pub async fn lock(
-    db: impl PgExecutor<'_>,
-    namespace: &str,
-    operation_key: &str,
-) -> sqlx::Result<Option<Observed>> {
-    let _timer = super::QueryTimer::start("operations_lock");
-    // The clock is read in the outer query, after the lock is granted; in a
-    // plain SELECT … FOR UPDATE it would be read before any lock wait.
-    observe(
-        db,
-        "WITH locked AS (
-             SELECT * FROM operations
-             WHERE namespace = $1 AND operation_key = $2
-             FOR UPDATE
-         )
-         SELECT *, clock_timestamp() AS db_now FROM locked",
-        namespace,
-        operation_key,
-    )
-    .await
-}
-
-async fn observe(
-    db: impl PgExecutor<'_>,
-    sql: &'static str,
-    namespace: &str,
-    operation_key: &str,
-) -> sqlx::Result<Option<Observed>> {
-    sqlx::query_as(sql)
-        .bind(namespace)
-        .bind(operation_key)
-        .fetch_optional(db)
-        .await
-}
-
-/// The guard of a transition out of an observed state: the row still holds the
-/// observed token and status, and its lease has expired or its retry is due
-/// by the database clock at the time the row is locked.
+/// The guard of a batch transition: each row of `wanted` (namespace, key,
+/// token, status as observed) moves only if it is still so, unheld, with its
+/// lease expired or its retry due by the database clock at the time the row
+/// is locked.
 macro_rules! still_as_observed {
     () => {
-        "o.namespace = $1 AND o.operation_key = $2
-         AND o.fencing_token = $3 AND o.status = $4
+        "o.namespace = w.w_namespace AND o.operation_key = w.w_key
+         AND o.fencing_token = w.w_token AND o.status = w.w_status
+         AND o.held_at IS NULL
          AND (o.status <> 'in_progress' OR o.lease_expires_at <= clock_timestamp())
          AND (o.status <> 'retry_scheduled' OR o.next_attempt_at <= clock_timestamp())"
     };
 }
 
-/// Starts a retry, takeover or reconcile execution: a new token from the
-/// sequence, a new lease, and a history row. The execution of the replaced
-/// token, if it never reported, is marked superseded.
-pub async fn start_execution(
+/// Starts retry, takeover or reconcile executions (`kinds[i]` for the i-th
+/// observed operation) under one lease request: a new token from the sequence
+/// for each, a new lease, and a history row. The execution of each replaced
+/// token, if it never reported, is marked superseded. Operations that moved
+/// since they were observed are left out of the result.
+pub async fn start_executions(
     db: impl PgExecutor<'_>,
-    observed: &Operation,
-    kind: ExecutionKind,
-    claim: &ClaimCommand,
-) -> sqlx::Result<Option<Operation>> {
-    let _timer = super::QueryTimer::start("operations_start_execution");
-    sqlx::query_as(concat!(
-        "WITH started AS (
+    observed: &[&Operation],
+    kinds: &[ExecutionKind],
+    lease: &LeaseRequest,
+) -> sqlx::Result<Vec<Operation>> {
+    let _timer = QueryTimer::start("operations_start_executions");
+    let guards = Guards::of(observed.iter().copied());
+    let kinds: Vec<&str> = kinds.iter().map(|kind| kind.as_str()).collect();
+    let rows: Vec<OperationRow> = sqlx::query_as(concat!(
+        "WITH wanted AS (
+             SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[])
+                 AS w(w_namespace, w_key, w_token, w_status, w_kind)
+         ),
+         started AS (
              UPDATE operations AS o SET
                  fencing_token = nextval('fencing_tokens'),
                  status = 'in_progress',
-                 lease_owner = $5,
-                 lease_expires_at = clock_timestamp() + $6::bigint * interval '1 microsecond',
-                 lease_takeover = ($7 = 'takeover'),
-                 attempts = o.attempts + CASE WHEN $7 = 'reconcile' THEN 0 ELSE 1 END,
-                 reconciling = ($7 = 'reconcile'),
+                 lease_owner = $6,
+                 lease_expires_at = clock_timestamp() + $7::bigint * interval '1 microsecond',
+                 lease_takeover = (w.w_kind = 'takeover'),
+                 attempts = o.attempts + CASE WHEN w.w_kind = 'reconcile' THEN 0 ELSE 1 END,
+                 reconciling = (w.w_kind = 'reconcile'),
                  next_attempt_at = NULL,
                  updated_at = clock_timestamp()
+             FROM wanted AS w
              WHERE ",
         still_as_observed!(),
         "
-             RETURNING o.*
+             RETURNING ",
+        operation_columns!(),
+        ", w.w_token AS replaced_token, w.w_kind AS started_kind
          ),
          superseded AS (
              UPDATE executions AS e SET outcome = 'superseded', finished_at = started.updated_at
              FROM started
-             WHERE e.fencing_token = $3 AND e.outcome = 'running'
+             WHERE e.fencing_token = started.replaced_token AND e.outcome = 'running'
          ),
          execution AS (
              INSERT INTO executions (
                  fencing_token, namespace, operation_key, attempt, kind, execution_id, owner, started_at)
-             SELECT fencing_token, namespace, operation_key, attempts, $7, $8, lease_owner, updated_at
+             SELECT fencing_token, namespace, operation_key, attempts, started_kind, $8, lease_owner, updated_at
              FROM started
          )
-         SELECT * FROM started"
+         SELECT ",
+        operation_columns!(),
+        " FROM started"
     ))
-    .bind(&observed.namespace)
-    .bind(&observed.operation_key)
-    .bind(observed.fencing_token)
-    .bind(observed.status.as_str())
-    .bind(&claim.owner)
-    .bind(micros_ceil(claim.lease_ttl))
-    .bind(kind.as_str())
-    .bind(&claim.execution_id)
-    .fetch_optional(db)
-    .await
+    .bind(&guards.namespaces)
+    .bind(&guards.keys)
+    .bind(&guards.tokens)
+    .bind(&guards.statuses)
+    .bind(&kinds)
+    .bind(&lease.owner)
+    .bind(micros_ceil(lease.ttl))
+    .bind(&lease.execution_id)
+    .fetch_all(db)
+    .await?;
+    Ok(operations(rows))
 }
 
-/// Marks an operation DEAD because its next attempt would exceed the budget
-/// or the deadline.
+/// Marks operations DEAD because their next attempt would exceed the budget
+/// or the deadline. Operations that moved since they were observed are left
+/// out of the result.
 pub async fn exhaust(
     db: impl PgExecutor<'_>,
-    observed: &Operation,
-) -> sqlx::Result<Option<Operation>> {
-    let _timer = super::QueryTimer::start("operations_exhaust");
-    sqlx::query_as(concat!(
-        "WITH exhausted AS (
+    observed: &[&Operation],
+) -> sqlx::Result<Vec<Operation>> {
+    let _timer = QueryTimer::start("operations_exhaust");
+    let guards = Guards::of(observed.iter().copied());
+    let rows: Vec<OperationRow> = sqlx::query_as(concat!(
+        "WITH wanted AS (
+             SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[])
+                 AS w(w_namespace, w_key, w_token, w_status)
+         ),
+         exhausted AS (
              UPDATE operations AS o SET
                  status = 'dead',
                  lease_owner = NULL,
@@ -264,46 +245,58 @@ pub async fn exhaust(
                  next_attempt_at = NULL,
                  updated_at = clock_timestamp(),
                  completed_at = clock_timestamp()
+             FROM wanted AS w
              WHERE ",
         still_as_observed!(),
         "
-             RETURNING o.*
+             RETURNING ",
+        operation_columns!(),
+        ", w.w_token AS replaced_token
          ),
          superseded AS (
              UPDATE executions AS e SET outcome = 'superseded', finished_at = exhausted.updated_at
              FROM exhausted
-             WHERE e.fencing_token = $3 AND e.outcome = 'running'
+             WHERE e.fencing_token = exhausted.replaced_token AND e.outcome = 'running'
          )
-         SELECT * FROM exhausted"
+         SELECT ",
+        operation_columns!(),
+        " FROM exhausted"
     ))
-    .bind(&observed.namespace)
-    .bind(&observed.operation_key)
-    .bind(observed.fencing_token)
-    .bind(observed.status.as_str())
-    .fetch_optional(db)
-    .await
+    .bind(&guards.namespaces)
+    .bind(&guards.keys)
+    .bind(&guards.tokens)
+    .bind(&guards.statuses)
+    .fetch_all(db)
+    .await?;
+    Ok(operations(rows))
 }
 
 /// A recorded outcome, with whether its execution row was finished too.
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Debug)]
 pub struct Recorded {
-    #[sqlx(flatten)]
     pub operation: Operation,
     pub execution_finished: bool,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct RecordedRow {
+    #[sqlx(flatten)]
+    operation: OperationRow,
+    execution_finished: bool,
 }
 
 /// Records the report of the current lease holder and ends its lease.
 pub async fn record_outcome(
     db: impl PgExecutor<'_>,
-    namespace: &str,
-    operation_key: &str,
-    fencing_token: i64,
+    namespace: &Namespace,
+    operation_key: &OperationKey,
+    fencing_token: FencingToken,
     report: &Report,
     transition: Transition,
 ) -> sqlx::Result<Option<Recorded>> {
-    let _timer = super::QueryTimer::start("operations_record_outcome");
+    let _timer = QueryTimer::start("operations_record_outcome");
     let columns = OutcomeColumns::of(report);
-    sqlx::query_as(
+    let row: Option<RecordedRow> = sqlx::query_as(concat!(
         "WITH recorded AS (
              UPDATE operations SET
                  status = $4,
@@ -323,8 +316,10 @@ pub async fn record_outcome(
                  completed_at = CASE WHEN $4 IN ('succeeded', 'failed', 'dead') THEN clock_timestamp() END,
                  unknown_since = CASE WHEN $4 = 'unknown' THEN COALESCE(unknown_since, clock_timestamp()) END
              WHERE namespace = $1 AND operation_key = $2
-               AND fencing_token = $3 AND status = 'in_progress'
-             RETURNING *
+               AND fencing_token = $3 AND status = 'in_progress' AND held_at IS NULL
+             RETURNING ",
+        operation_columns!(),
+        "
          ),
          finished AS (
              UPDATE executions AS e SET
@@ -334,11 +329,13 @@ pub async fn record_outcome(
              WHERE e.fencing_token = recorded.fencing_token AND e.outcome_digest IS NULL
              RETURNING e.fencing_token
          )
-         SELECT recorded.*, EXISTS (SELECT 1 FROM finished) AS execution_finished FROM recorded",
-    )
-    .bind(namespace)
-    .bind(operation_key)
-    .bind(fencing_token)
+         SELECT ",
+        operation_columns!(),
+        ", EXISTS (SELECT 1 FROM finished) AS execution_finished FROM recorded"
+    ))
+    .bind(namespace.as_str())
+    .bind(operation_key.as_str())
+    .bind(fencing_token.as_i64())
     .bind(transition.status.as_str())
     .bind(columns.result)
     .bind(columns.result_ref)
@@ -353,7 +350,11 @@ pub async fn record_outcome(
     .bind(columns.execution_class)
     .bind(columns.execution_message)
     .fetch_optional(db)
-    .await
+    .await?;
+    Ok(row.map(|row| Recorded {
+        operation: row.operation.into(),
+        execution_finished: row.execution_finished,
+    }))
 }
 
 /// How a report lands in the columns of `operations` and `executions`.
@@ -420,56 +421,74 @@ impl<'a> OutcomeColumns<'a> {
     }
 }
 
-/// Extends the lease of its current holder.
+/// Extends the lease of its current holder, unless an operator holds the operation.
 pub async fn renew(
     db: impl PgExecutor<'_>,
-    namespace: &str,
-    operation_key: &str,
+    namespace: &Namespace,
+    operation_key: &OperationKey,
     owner: &str,
-    fencing_token: i64,
+    fencing_token: FencingToken,
     lease_ttl: std::time::Duration,
 ) -> sqlx::Result<Option<Operation>> {
-    let _timer = super::QueryTimer::start("operations_renew");
-    sqlx::query_as(
+    let _timer = QueryTimer::start("operations_renew");
+    let row: Option<OperationRow> = sqlx::query_as(concat!(
         "UPDATE operations SET
              lease_expires_at = clock_timestamp() + $5::bigint * interval '1 microsecond',
              updated_at = clock_timestamp()
          WHERE namespace = $1 AND operation_key = $2
            AND fencing_token = $3 AND status = 'in_progress' AND lease_owner = $4
-         RETURNING *",
-    )
-    .bind(namespace)
-    .bind(operation_key)
-    .bind(fencing_token)
+           AND held_at IS NULL
+         RETURNING ",
+        operation_columns!()
+    ))
+    .bind(namespace.as_str())
+    .bind(operation_key.as_str())
+    .bind(fencing_token.as_i64())
     .bind(owner)
     .bind(micros_ceil(lease_ttl))
     .fetch_optional(db)
-    .await
+    .await?;
+    Ok(row.map(Operation::from))
 }
 
-/// One row of the backlog: operations of a namespace in one unfinished status.
+/// One row of the backlog: unfinished operations of a namespace in one state.
 #[derive(Debug, sqlx::FromRow)]
 pub struct BacklogRow {
     pub namespace: String,
-    #[sqlx(try_from = "String")]
-    pub status: Status,
+    /// A status, or `expired_lease` (IN_PROGRESS past its lease) or `held`.
+    pub state: String,
     pub operations: i64,
     /// Operations whose unknown outcome is unresolved (UNKNOWN, or reconciling).
     pub unknown: i64,
     pub oldest_unknown_age_seconds: Option<f64>,
+    /// How long the oldest due, unheld retry or expired lease has waited.
+    pub oldest_due_age_seconds: Option<f64>,
+    /// Compensating operations among them.
+    pub compensations: i64,
 }
 
-/// The backlog by namespace and status, from the partial backlog index.
+/// The backlog by namespace and state, from the backlog index alone (its
+/// included columns answer every aggregate).
 pub async fn backlog(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<BacklogRow>> {
-    let _timer = super::QueryTimer::start("operations_backlog");
+    let _timer = QueryTimer::start("operations_backlog");
     sqlx::query_as(
-        "SELECT namespace, status, count(*) AS operations,
+        "SELECT namespace,
+                CASE WHEN held_at IS NOT NULL THEN 'held'
+                     WHEN status = 'in_progress' AND lease_expires_at <= clock.now THEN 'expired_lease'
+                     ELSE status END AS state,
+                count(*) AS operations,
                 count(unknown_since) AS unknown,
-                EXTRACT(EPOCH FROM clock_timestamp() - min(unknown_since))::float8
-                    AS oldest_unknown_age_seconds
-         FROM operations
+                EXTRACT(EPOCH FROM clock.now - min(unknown_since))::float8
+                    AS oldest_unknown_age_seconds,
+                EXTRACT(EPOCH FROM clock.now - min(
+                    CASE WHEN held_at IS NOT NULL THEN NULL
+                         WHEN status = 'retry_scheduled' AND next_attempt_at <= clock.now THEN next_attempt_at
+                         WHEN status = 'in_progress' AND lease_expires_at <= clock.now THEN lease_expires_at
+                    END))::float8 AS oldest_due_age_seconds,
+                count(compensates) AS compensations
+         FROM operations, (SELECT clock_timestamp() AS now) AS clock
          WHERE status IN ('in_progress', 'retry_scheduled', 'unknown', 'dead')
-         GROUP BY namespace, status",
+         GROUP BY 1, 2, clock.now",
     )
     .fetch_all(db)
     .await

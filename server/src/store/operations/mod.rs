@@ -1,0 +1,250 @@
+//! Statements on `operations`, the one place its SQL lives. Each state
+//! transition is one guarded statement that also writes the `executions` and
+//! `audit_entries` rows it implies; callers check that it returned the row.
+//! Every time comes from the database clock, never from this process's.
+
+mod admin;
+mod queue;
+mod retention;
+mod transitions;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+
+use crate::domain::ids::{FencingToken, Namespace, OperationKey};
+use crate::domain::operation::{Budget, Operation, Status};
+
+pub use admin::{AdminChange, hold, release, requeue, resolve};
+pub use queue::{
+    DueCandidate, due, exhaustion_candidates, list, live_retry_leases, serialize_retry_cap,
+};
+pub use retention::{namespaces_with_finished, oldest_finished_age, purge_finished};
+pub use transitions::{
+    BacklogRow, Registered, backlog, exhaust, insert_new, record_outcome, renew,
+    restart_first_lease, start_executions,
+};
+
+/// Every column of `operations` a domain record is read from, in one list so
+/// each statement names them rather than `*`.
+macro_rules! operation_columns {
+    () => {
+        "namespace, operation_key, status, parameters_digest, parameters_canonical, \
+         compensates, compensated_by, fencing_token, lease_owner, lease_expires_at, \
+         lease_takeover, attempts, reconciling, max_attempts, budget_attempts_base, \
+         initial_backoff_us, max_backoff_us, deadline_at, next_attempt_at, result, result_ref, \
+         failure_code, failure_message, remote_ref, last_error_class, last_error_message, \
+         held_at, hold_revoked_lease, created_at, updated_at, completed_at"
+    };
+}
+pub(crate) use operation_columns;
+
+/// An `operations` row as PostgreSQL returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub struct OperationRow {
+    namespace: String,
+    operation_key: String,
+    #[sqlx(try_from = "String")]
+    status: Status,
+    parameters_digest: Vec<u8>,
+    parameters_canonical: Option<String>,
+    compensates: Option<String>,
+    compensated_by: Option<String>,
+    fencing_token: i64,
+    lease_owner: Option<String>,
+    lease_expires_at: Option<DateTime<Utc>>,
+    lease_takeover: bool,
+    attempts: i32,
+    reconciling: bool,
+    max_attempts: i32,
+    budget_attempts_base: i32,
+    initial_backoff_us: i64,
+    max_backoff_us: i64,
+    deadline_at: DateTime<Utc>,
+    next_attempt_at: Option<DateTime<Utc>>,
+    result: Option<Vec<u8>>,
+    result_ref: Option<String>,
+    failure_code: Option<String>,
+    failure_message: Option<String>,
+    remote_ref: Option<String>,
+    last_error_class: Option<String>,
+    last_error_message: Option<String>,
+    held_at: Option<DateTime<Utc>>,
+    hold_revoked_lease: bool,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    completed_at: Option<DateTime<Utc>>,
+}
+
+/// Counts the schema keeps non-negative (check constraints, the sequence).
+fn count(value: i32) -> u32 {
+    u32::try_from(value).unwrap_or(0)
+}
+
+fn micros(value: i64) -> std::time::Duration {
+    std::time::Duration::from_micros(u64::try_from(value).unwrap_or(0))
+}
+
+impl From<OperationRow> for Operation {
+    fn from(row: OperationRow) -> Self {
+        Operation {
+            namespace: Namespace::from_stored(row.namespace),
+            operation_key: OperationKey::from_stored(row.operation_key),
+            status: row.status,
+            parameters_digest: row.parameters_digest,
+            parameters_canonical: row.parameters_canonical,
+            compensates: row.compensates.map(OperationKey::from_stored),
+            compensated_by: row.compensated_by.map(OperationKey::from_stored),
+            fencing_token: FencingToken::from_stored(row.fencing_token),
+            lease_owner: row.lease_owner,
+            lease_expires_at: row.lease_expires_at,
+            lease_takeover: row.lease_takeover,
+            attempts: count(row.attempts),
+            reconciling: row.reconciling,
+            budget: Budget {
+                max_attempts: count(row.max_attempts),
+                base_attempts: count(row.budget_attempts_base),
+                initial_backoff: micros(row.initial_backoff_us),
+                max_backoff: micros(row.max_backoff_us),
+                deadline_at: row.deadline_at,
+            },
+            next_attempt_at: row.next_attempt_at,
+            result: row.result,
+            result_ref: row.result_ref,
+            failure_code: row.failure_code,
+            failure_message: row.failure_message,
+            remote_ref: row.remote_ref,
+            last_error_class: row.last_error_class,
+            last_error_message: row.last_error_message,
+            held_at: row.held_at,
+            hold_revoked_lease: row.hold_revoked_lease,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+            completed_at: row.completed_at,
+        }
+    }
+}
+
+/// An operation read together with the database clock.
+#[derive(Debug)]
+pub struct Observed {
+    pub operation: Operation,
+    pub db_now: DateTime<Utc>,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct ObservedRow {
+    #[sqlx(flatten)]
+    operation: OperationRow,
+    db_now: DateTime<Utc>,
+}
+
+impl From<ObservedRow> for Observed {
+    fn from(row: ObservedRow) -> Self {
+        Observed {
+            operation: row.operation.into(),
+            db_now: row.db_now,
+        }
+    }
+}
+
+/// Reads an operation and the database clock. A separate statement from any
+/// insert, so in READ COMMITTED it sees what a racing registration committed.
+pub async fn find(
+    db: impl PgExecutor<'_>,
+    namespace: &Namespace,
+    operation_key: &OperationKey,
+) -> sqlx::Result<Option<Observed>> {
+    let _timer = crate::store::QueryTimer::start("operations_find");
+    observe(
+        db,
+        concat!(
+            "SELECT ",
+            operation_columns!(),
+            ", clock_timestamp() AS db_now FROM operations
+             WHERE namespace = $1 AND operation_key = $2"
+        ),
+        namespace,
+        operation_key,
+    )
+    .await
+}
+
+/// Like [`find`], and locks the row until the transaction ends, ordering this
+/// transaction against takeovers, completions and operator actions.
+pub async fn lock(
+    db: impl PgExecutor<'_>,
+    namespace: &Namespace,
+    operation_key: &OperationKey,
+) -> sqlx::Result<Option<Observed>> {
+    let _timer = crate::store::QueryTimer::start("operations_lock");
+    // The clock is read in the outer query, after the lock is granted; in a
+    // plain SELECT … FOR UPDATE it would be read before any lock wait.
+    observe(
+        db,
+        concat!(
+            "WITH locked AS (
+                 SELECT ",
+            operation_columns!(),
+            " FROM operations
+                 WHERE namespace = $1 AND operation_key = $2
+                 FOR UPDATE
+             )
+             SELECT ",
+            operation_columns!(),
+            ", clock_timestamp() AS db_now FROM locked"
+        ),
+        namespace,
+        operation_key,
+    )
+    .await
+}
+
+async fn observe(
+    db: impl PgExecutor<'_>,
+    sql: &'static str,
+    namespace: &Namespace,
+    operation_key: &OperationKey,
+) -> sqlx::Result<Option<Observed>> {
+    let row: Option<ObservedRow> = sqlx::query_as(sql)
+        .bind(namespace.as_str())
+        .bind(operation_key.as_str())
+        .fetch_optional(db)
+        .await?;
+    Ok(row.map(Observed::from))
+}
+
+/// Rows returned by a transition, as domain records.
+fn operations(rows: Vec<OperationRow>) -> Vec<Operation> {
+    rows.into_iter().map(Operation::from).collect()
+}
+
+/// The `(namespace, key, token, status)` arrays a batch transition matches
+/// rows by: each row moves only if it is still as it was observed.
+struct Guards {
+    namespaces: Vec<String>,
+    keys: Vec<String>,
+    tokens: Vec<i64>,
+    statuses: Vec<&'static str>,
+}
+
+impl Guards {
+    fn of<'a>(observed: impl IntoIterator<Item = &'a Operation>) -> Self {
+        let mut guards = Guards {
+            namespaces: Vec::new(),
+            keys: Vec::new(),
+            tokens: Vec::new(),
+            statuses: Vec::new(),
+        };
+        for operation in observed {
+            guards
+                .namespaces
+                .push(operation.namespace.as_str().to_owned());
+            guards
+                .keys
+                .push(operation.operation_key.as_str().to_owned());
+            guards.tokens.push(operation.fencing_token.as_i64());
+            guards.statuses.push(operation.status.as_str());
+        }
+        guards
+    }
+}

@@ -1,0 +1,155 @@
+//! The durable queue: due work for ClaimDue and the maintenance, and the
+//! operator's view of the unfinished backlog.
+
+use sqlx::PgExecutor;
+
+use super::{Observed, ObservedRow, OperationRow, operation_columns, operations};
+use crate::domain::commands::ListQuery;
+use crate::domain::ids::Namespace;
+use crate::domain::operation::Operation;
+use crate::domain::policy::micros_ceil;
+use crate::store::QueryTimer;
+
+/// A due operation, locked by this transaction until it ends.
+pub type DueCandidate = Observed;
+
+/// Up to `limit` due, unheld operations of a namespace, oldest due first,
+/// locked FOR UPDATE. Rows another transaction holds are skipped, not waited
+/// for: they stay due and a later call finds them again.
+pub async fn due(
+    db: impl PgExecutor<'_>,
+    namespace: &Namespace,
+    limit: u32,
+) -> sqlx::Result<Vec<DueCandidate>> {
+    let _timer = QueryTimer::start("operations_due");
+    // statement_timestamp() is stable, so the due bound is an index condition.
+    let rows: Vec<ObservedRow> = sqlx::query_as(concat!(
+        "SELECT ",
+        operation_columns!(),
+        ", clock_timestamp() AS db_now FROM operations
+         WHERE namespace = $1 AND held_at IS NULL
+           AND status IN ('retry_scheduled', 'in_progress', 'unknown')
+           AND operation_due_at(status, next_attempt_at, lease_expires_at, unknown_since)
+               <= statement_timestamp()
+         ORDER BY operation_due_at(status, next_attempt_at, lease_expires_at, unknown_since),
+                  operation_key
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED"
+    ))
+    .bind(namespace.as_str())
+    .bind(i64::from(limit))
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(Observed::from).collect())
+}
+
+/// Serialises ClaimDue calls of one namespace until the transaction ends, so
+/// concurrent pullers count live leases and take new ones one at a time.
+pub async fn serialize_retry_cap(
+    db: impl PgExecutor<'_>,
+    namespace: &Namespace,
+) -> sqlx::Result<()> {
+    let _timer = QueryTimer::start("operations_serialize_retry_cap");
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('opreg.retry_cap:' || $1, 0))")
+        .bind(namespace.as_str())
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Live leases of a namespace that are not first attempts: retries,
+/// takeovers and reconciliations, whoever started them.
+pub async fn live_retry_leases(
+    db: impl PgExecutor<'_>,
+    namespace: &Namespace,
+) -> sqlx::Result<u32> {
+    let _timer = QueryTimer::start("operations_live_retry_leases");
+    let (live,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM operations
+         WHERE namespace = $1 AND status = 'in_progress' AND held_at IS NULL
+           AND lease_expires_at > clock_timestamp()
+           AND (attempts > 1 OR reconciling)",
+    )
+    .bind(namespace.as_str())
+    .fetch_one(db)
+    .await?;
+    Ok(u32::try_from(live).unwrap_or(u32::MAX))
+}
+
+/// Up to `limit` unheld operations, in any namespace, whose budget or deadline
+/// has run out while they wait: retries past the deadline, and expired leases
+/// whose next attempt would exceed the budget. Locked FOR UPDATE SKIP LOCKED.
+pub async fn exhaustion_candidates(
+    db: impl PgExecutor<'_>,
+    limit: u32,
+) -> sqlx::Result<Vec<Observed>> {
+    let _timer = QueryTimer::start("operations_exhaustion_candidates");
+    let rows: Vec<ObservedRow> = sqlx::query_as(concat!(
+        "SELECT ",
+        operation_columns!(),
+        ", clock_timestamp() AS db_now FROM operations
+         WHERE held_at IS NULL AND NOT reconciling
+           -- The due index's own predicate, so it serves this scan; unknown
+           -- outcomes spend no budget and never exhaust.
+           AND status IN ('retry_scheduled', 'in_progress', 'unknown')
+           AND operation_due_at(status, next_attempt_at, lease_expires_at, unknown_since)
+               <= statement_timestamp()
+           AND (deadline_at < statement_timestamp()
+                OR (status = 'in_progress' AND attempts >= max_attempts))
+           AND status <> 'unknown'
+         LIMIT $1
+         FOR UPDATE SKIP LOCKED"
+    ))
+    .bind(i64::from(limit))
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(Observed::from).collect())
+}
+
+/// One page of the operator's queue: for each wanted status, the index gives
+/// rows in (created_at, operation_key) order after the cursor; the pages are
+/// merged in that order. `page_size + 1` rows tell whether another page exists.
+pub async fn list(db: impl PgExecutor<'_>, query: &ListQuery) -> sqlx::Result<Vec<Operation>> {
+    let _timer = QueryTimer::start("operations_list");
+    let statuses: Vec<&str> = query
+        .statuses
+        .iter()
+        .map(|status| status.as_str())
+        .collect();
+    let (after_created, after_key) = match &query.after {
+        Some(cursor) => (Some(cursor.created_at), Some(cursor.operation_key.as_str())),
+        None => (None, None),
+    };
+    let rows: Vec<OperationRow> = sqlx::query_as(concat!(
+        "SELECT ",
+        operation_columns!(),
+        " FROM unnest($2::text[]) AS wanted(w_status)
+         CROSS JOIN LATERAL (
+             SELECT ",
+        operation_columns!(),
+        " FROM operations AS o
+             WHERE o.namespace = $1 AND o.status = wanted.w_status
+               AND (o.created_at, o.operation_key)
+                   > (COALESCE($3, '-infinity'::timestamptz), COALESCE($4, ''))
+               AND (NOT $5 OR o.lease_expires_at <= clock_timestamp())
+               AND ($6::bigint IS NULL
+                    OR o.updated_at <= clock_timestamp() - $6 * interval '1 microsecond')
+               AND (NOT $7 OR o.held_at IS NOT NULL)
+             ORDER BY o.created_at, o.operation_key
+             LIMIT $8
+         ) AS page
+         ORDER BY created_at, operation_key
+         LIMIT $8"
+    ))
+    .bind(query.namespace.as_str())
+    .bind(&statuses)
+    .bind(after_created)
+    .bind(after_key)
+    .bind(query.expired_leases_only)
+    .bind(query.older_than.map(micros_ceil))
+    .bind(query.held_only)
+    .bind(i64::from(query.page_size) + 1)
+    .fetch_all(db)
+    .await?;
+    Ok(operations(rows))
+}
