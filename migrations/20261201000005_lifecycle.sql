@@ -41,13 +41,18 @@ CREATE INDEX operations_due
 DROP INDEX operations_due_retries;
 
 -- The unfinished backlog, in registration order: the operator's queue
--- (ListOperations pages by (created_at, operation_key) per status), and, with
--- the included columns, an index-only source for the backlog gauges.
+-- (ListOperations pages by (created_at, operation_key) per status); its
+-- included columns let the backlog gauges count DEAD rows from it alone.
 CREATE INDEX operations_backlog_queue
     ON operations (namespace, status, created_at, operation_key)
     INCLUDE (unknown_since, held_at, lease_expires_at, next_attempt_at, compensates, attempts, reconciling)
     WHERE status IN ('in_progress', 'retry_scheduled', 'unknown', 'dead');
 DROP INDEX operations_backlog;
+
+-- Held operations, few at any time, for the backlog gauges.
+CREATE INDEX operations_held
+    ON operations (namespace)
+    WHERE held_at IS NOT NULL;
 
 -- Finished operations by age, per namespace: what retention deletes.
 CREATE INDEX operations_finished

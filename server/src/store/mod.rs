@@ -42,6 +42,8 @@ pub async fn connect(
         .connect_with(options.application_name("opreg").options([
             ("statement_timeout", statement_timeout.as_str()),
             ("default_transaction_isolation", "read committed"),
+            // Short statements only: compiling one would cost more than it saves.
+            ("jit", "off"),
         ]))
         .await
 }

@@ -467,29 +467,79 @@ pub struct BacklogRow {
     pub compensations: i64,
 }
 
-/// The backlog by namespace and state, from the backlog index alone (its
-/// included columns answer every aggregate).
+/// DEAD operations are counted exactly up to this many per namespace; past it
+/// the gauge stays at the cap. DEAD only grows until someone acts, and the
+/// alert on its growth fires long before; counting a million rows every
+/// refresh would not tell anyone more.
+pub const DEAD_COUNT_CAP: i64 = 10_000;
+
+/// The backlog by namespace and state, each part from its own index: unheld
+/// work from the due index, held operations from theirs, and DEAD per
+/// namespace (found by a loose index scan) up to [`DEAD_COUNT_CAP`], so the
+/// query stays bounded however many finished or dead rows accumulate.
 pub async fn backlog(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<BacklogRow>> {
     let _timer = QueryTimer::start("operations_backlog");
     sqlx::query_as(
-        "SELECT namespace,
-                CASE WHEN held_at IS NOT NULL THEN 'held'
-                     WHEN status = 'in_progress' AND lease_expires_at <= clock.now THEN 'expired_lease'
-                     ELSE status END AS state,
-                count(*) AS operations,
-                count(unknown_since) AS unknown,
-                EXTRACT(EPOCH FROM clock.now - min(unknown_since))::float8
-                    AS oldest_unknown_age_seconds,
-                EXTRACT(EPOCH FROM clock.now - min(
-                    CASE WHEN held_at IS NOT NULL THEN NULL
-                         WHEN status = 'retry_scheduled' AND next_attempt_at <= clock.now THEN next_attempt_at
-                         WHEN status = 'in_progress' AND lease_expires_at <= clock.now THEN lease_expires_at
-                    END))::float8 AS oldest_due_age_seconds,
-                count(compensates) AS compensations
-         FROM operations, (SELECT clock_timestamp() AS now) AS clock
-         WHERE status IN ('in_progress', 'retry_scheduled', 'unknown', 'dead')
-         GROUP BY 1, 2, clock.now",
+        "WITH RECURSIVE clock AS (SELECT clock_timestamp() AS now),
+         active AS (
+             -- The due index's predicate: unheld work, however much is finished.
+             SELECT namespace,
+                    CASE WHEN status = 'in_progress' AND lease_expires_at <= clock.now
+                             THEN 'expired_lease'
+                         ELSE status END AS state,
+                    count(*) AS operations,
+                    count(unknown_since) AS unknown,
+                    min(unknown_since) AS oldest_unknown,
+                    min(CASE WHEN status = 'retry_scheduled' AND next_attempt_at <= clock.now
+                                 THEN next_attempt_at
+                             WHEN status = 'in_progress' AND lease_expires_at <= clock.now
+                                 THEN lease_expires_at
+                        END) AS oldest_due,
+                    count(compensates) AS compensations
+             FROM operations, clock
+             WHERE held_at IS NULL AND status IN ('retry_scheduled', 'in_progress', 'unknown')
+             GROUP BY 1, 2
+         ),
+         held AS (
+             SELECT namespace, 'held' AS state, count(*) AS operations,
+                    count(unknown_since) AS unknown, min(unknown_since) AS oldest_unknown,
+                    NULL::timestamptz AS oldest_due, count(compensates) AS compensations
+             FROM operations
+             WHERE held_at IS NOT NULL
+             GROUP BY 1
+         ),
+         dead_spaces AS (
+             (SELECT namespace FROM operations WHERE status = 'dead'
+              ORDER BY namespace LIMIT 1)
+             UNION ALL
+             SELECT (SELECT o.namespace FROM operations AS o
+                     WHERE o.status = 'dead' AND o.namespace > spaces.namespace
+                     ORDER BY o.namespace LIMIT 1)
+             FROM dead_spaces AS spaces WHERE spaces.namespace IS NOT NULL
+         ),
+         dead AS (
+             SELECT spaces.namespace, 'dead' AS state, capped.operations, 0::bigint AS unknown,
+                    NULL::timestamptz AS oldest_unknown, NULL::timestamptz AS oldest_due,
+                    capped.compensations
+             FROM dead_spaces AS spaces
+             CROSS JOIN LATERAL (
+                 SELECT count(*) AS operations, count(compensates) AS compensations
+                 FROM (SELECT o.compensates FROM operations AS o
+                       WHERE o.namespace = spaces.namespace AND o.status = 'dead'
+                         AND o.held_at IS NULL
+                       LIMIT $1) AS bounded
+             ) AS capped
+             WHERE spaces.namespace IS NOT NULL
+         )
+         SELECT namespace, state, operations, unknown,
+                EXTRACT(EPOCH FROM clock.now - oldest_unknown)::float8 AS oldest_unknown_age_seconds,
+                EXTRACT(EPOCH FROM clock.now - oldest_due)::float8 AS oldest_due_age_seconds,
+                compensations
+         FROM (SELECT * FROM active
+               UNION ALL SELECT * FROM held
+               UNION ALL SELECT * FROM dead) AS backlog, clock",
     )
+    .bind(DEAD_COUNT_CAP)
     .fetch_all(db)
     .await
 }
