@@ -47,7 +47,9 @@ trap 'rm -rf "$wheels"' EXIT
 import sys, zipfile
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
 need = {"opreg/py.typed", "opreg/_gen/v1/registry_pb2.py", "opreg/_gen/v1/registry_pb2.pyi",
-        "opreg/_gen/v1/registry_pb2_grpc.py", "opreg/client.py", "opreg/aio.py", "opreg/digest.py"}
+        "opreg/_gen/v1/registry_pb2_grpc.py", "opreg/_gen/v1/admin_pb2.py", "opreg/_gen/v1/admin_pb2.pyi",
+        "opreg/_gen/v1/admin_pb2_grpc.py", "opreg/client.py", "opreg/aio.py", "opreg/digest.py",
+        "opreg/_worker.py"}
 missing = sorted(need - names)
 if missing:
     sys.exit(f"wheel lacks {missing}")

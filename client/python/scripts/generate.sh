@@ -8,11 +8,13 @@
 # Uses $PYTHON, else client/python/.venv/bin/python, else python3; that Python
 # must have the grpcio-tools version pinned in requirements-generate.txt.
 #
+# Every .proto under proto/opreg is compiled (registry.proto, admin.proto, ...).
 # protoc writes proto/opreg/v1/registry.proto as opreg/v1/registry_pb2*.py with
-# absolute imports `from opreg.v1 import ...`. Those files are placed in
-# src/opreg/_gen/v1/ and the imports rewritten to `from opreg._gen.v1 import ...`,
-# (and the module name given to protobuf's builder likewise), so the generated
-# code lives inside this package and shadows nothing.
+# absolute imports `from opreg.v1 import ...` (admin_pb2 imports registry_pb2).
+# Those files are placed in src/opreg/_gen/v1/ and the imports rewritten to
+# `from opreg._gen.v1 import ...` (and the module name given to protobuf's
+# builder likewise), so the generated code lives inside this package and
+# shadows nothing.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -1,6 +1,7 @@
 """Fixtures: one real opreg server (with its embedded PostgreSQL) per test
 session, started from $OPREG_SERVER_BIN (default <repo>/target/debug/opreg-server)
-and stopped with SIGTERM at the end; a fresh namespace per test."""
+and stopped with SIGTERM at the end; a fresh namespace per test; and helpers
+that put an operation into a given state."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,3 +135,62 @@ async def aclient(address: str) -> AsyncIterator[opreg.AsyncClient]:
 def ns() -> str:
     """A namespace no other test uses."""
     return f"pytest-{uuid.uuid4().hex[:12]}"
+
+
+# -- operations put into a given state (the worker and admin tests) -----------
+
+PARAMS = {"account": "A", "amount": 100}
+
+
+def retry_due_soon(
+    client: opreg.Client,
+    ns: str,
+    key: str,
+    parameters: dict[str, object] = PARAMS,
+    retry_policy: opreg.RetryPolicy | None = None,
+) -> None:
+    """RETRY_SCHEDULED, due 0.1 s from now (the first attempt's pushback)."""
+    claimed = client.claim(ns, key, owner="seed", parameters=parameters, retry_policy=retry_policy)
+    retryable = opreg.RetryableError(error_class="Seed", message="try again", retry_after=opreg.to_duration(0.1))
+    client.complete(ns, key, fencing_token=claimed.lease.fencing_token, outcome=retryable)
+
+
+def abandoned_lease(client: opreg.Client, ns: str, key: str, parameters: dict[str, object] = PARAMS) -> int:
+    """IN_PROGRESS under a 1 s lease nobody renews or completes: due for a
+    takeover in a second. Returns the abandoned token."""
+    claimed = client.claim(ns, key, owner="crashed", parameters=parameters, lease_ttl=1)
+    return claimed.lease.fencing_token
+
+
+def unknown_outcome(
+    client: opreg.Client, ns: str, key: str, remote_ref: str, parameters: dict[str, object] = PARAMS
+) -> None:
+    """UNKNOWN with ``remote_ref``: due for reconciliation at once."""
+    claimed = client.claim(ns, key, owner="seed", parameters=parameters)
+    client.complete(
+        ns, key, fencing_token=claimed.lease.fencing_token, outcome=opreg.UnknownOutcome(remote_ref=remote_ref)
+    )
+
+
+def dead(client: opreg.Client, ns: str, key: str, parameters: dict[str, object] = PARAMS) -> None:
+    """DEAD: a budget of one attempt, spent on a retryable error."""
+    policy = opreg.retry_policy(max_attempts=1, initial_backoff=0.1, max_backoff=1, deadline=3600)
+    claimed = client.claim(ns, key, owner="seed", parameters=parameters, retry_policy=policy)
+    done = client.complete(
+        ns, key, fencing_token=claimed.lease.fencing_token, outcome=opreg.RetryableError(error_class="Down")
+    )
+    assert done.operation.status == opreg.pb.OPERATION_STATUS_DEAD
+
+
+def succeeded(client: opreg.Client, ns: str, key: str, parameters: dict[str, object] = PARAMS) -> None:
+    claimed = client.claim(ns, key, owner="seed", parameters=parameters)
+    client.complete(ns, key, fencing_token=claimed.lease.fencing_token, outcome=opreg.Success(result=b"done"))
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0, interval: float = 0.05) -> None:
+    """Polls ``condition`` until it holds; fails the test after ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            pytest.fail(f"condition not met within {timeout}s")
+        time.sleep(interval)

@@ -5,15 +5,28 @@
     with opreg.Client.connect("127.0.0.1:50051") as client:
         result = client.run_once("payments", "payout:42", {"amount": 100}, lambda lease: b"paid")
 
-See README.md for the contract of :meth:`Client.run_once`.
+See README.md for the contract of :meth:`Client.run_once`, of the worker
+(:class:`Worker`, :class:`AsyncWorker`) and of the OperationAdmin calls.
 """
 
 from ._convert import retry_policy, to_duration, to_struct
+from ._gen.v1 import admin_pb2 as admin_pb
 from ._gen.v1 import registry_pb2 as pb
+from ._gen.v1.admin_pb2 import (
+    HoldOperationResponse,
+    ListOperationsResponse,
+    ReleaseOperationResponse,
+    RequeueOperationResponse,
+    ResolveOperationResponse,
+)
 from ._gen.v1.registry_pb2 import (
+    AdminAction,
+    AuditEntry,
+    ClaimDueResponse,
     ClaimOutcome,
     ClaimResponse,
     CompleteResponse,
+    DueOperation,
     Execution,
     ExecutionKind,
     ExecutionOutcome,
@@ -38,8 +51,9 @@ from ._run import (
     SentButUnconfirmed,
     TransientError,
 )
-from .aio import AsyncClient, AsyncLease
-from .client import Client, Lease
+from ._worker import NO_HANDLER, NoHandler, WorkerStopped, kind_of
+from .aio import AsyncClient, AsyncLease, AsyncWorker
+from .client import Client, Lease, Worker
 from .digest import canonical_json, parameters_digest
 from .errors import (
     ERROR_DOMAIN,
@@ -50,11 +64,13 @@ from .errors import (
     FieldViolation,
     InternalError,
     InvalidArgument,
+    InvalidTransition,
     LeaseLost,
     LeaseNotHeld,
     NothingToCompensate,
     NotFound,
     OperationDead,
+    OperationHeld,
     OperationNotFound,
     OpregError,
     OriginalOutcomeUnknown,
@@ -78,10 +94,17 @@ def run_once(client, namespace, operation_key, parameters, work, **kwargs):  # t
 
 __all__ = [
     "pb",
+    "admin_pb",
     "Client",
     "AsyncClient",
     "Lease",
     "AsyncLease",
+    "Worker",
+    "AsyncWorker",
+    "kind_of",
+    "NO_HANDLER",
+    "NoHandler",
+    "WorkerStopped",
     "run_once",
     "Result",
     "Reconciliation",
@@ -100,6 +123,7 @@ __all__ = [
     "StaleFencingToken",
     "AlreadyCompleted",
     "LeaseNotHeld",
+    "InvalidTransition",
     "CompensationError",
     "OriginalOutcomeUnknown",
     "NothingToCompensate",
@@ -113,24 +137,34 @@ __all__ = [
     "InternalError",
     "DeadlineExceeded",
     "OperationDead",
+    "OperationHeld",
     "LeaseLost",
     "ReconcileRequired",
     "OutcomeNotRecorded",
     "from_rpc_error",
+    "AdminAction",
+    "AuditEntry",
+    "ClaimDueResponse",
     "ClaimOutcome",
     "ClaimResponse",
     "CompleteResponse",
+    "DueOperation",
     "Execution",
     "ExecutionKind",
     "ExecutionOutcome",
     "Failure",
     "FencedWriteResponse",
     "GetResourceResponse",
+    "HoldOperationResponse",
     "LeaseMessage",
+    "ListOperationsResponse",
     "LookupResponse",
     "Operation",
     "OperationStatus",
+    "ReleaseOperationResponse",
     "RenewResponse",
+    "RequeueOperationResponse",
+    "ResolveOperationResponse",
     "RetryableError",
     "RetryPolicy",
     "Success",

@@ -1,5 +1,6 @@
 """What the sync and asyncio clients share around the RPCs: the channel and the
-stub (:class:`ClientBase`), and one function per RPC wrapper.
+stubs (:class:`ClientBase`), and one function per RPC wrapper (OperationRegistry
+and OperationAdmin alike).
 
 Each wrapper function here has the wrapper's signature and docstring and builds
 its request message; it returns a :class:`Call`. ``opreg.client`` and
@@ -10,21 +11,26 @@ the call, blocking or awaited, and maps a failed call to an ``OpregError``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import grpc
 
 from ._convert import Parameters, Seconds, to_duration, to_struct
+from ._gen.v1 import admin_pb2 as admin_pb
+from ._gen.v1 import admin_pb2_grpc, registry_pb2_grpc
 from ._gen.v1 import registry_pb2 as pb
-from ._gen.v1 import registry_pb2_grpc
 
-__all__ = ["DEFAULT_CHANNEL_OPTIONS", "ClientBase", "Call", "as_method"]
+__all__ = ["DEFAULT_CHANNEL_OPTIONS", "ClientBase", "Call", "as_method", "REGISTRY", "ADMIN"]
 
 R = TypeVar("R")
 ChannelT = TypeVar("ChannelT")
 C = TypeVar("C", bound="ClientBase[Any]")
+
+# The services a Call is made on (their names in the contract).
+REGISTRY = "OperationRegistry"
+ADMIN = "OperationAdmin"
 
 # Reconnect quickly after the server comes back (gRPC's default backoff grows to 120 s).
 DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
@@ -35,14 +41,19 @@ DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
 
 
 class ClientBase(Generic[ChannelT]):
-    """A client's channel, stub and default timeout. ``_channels`` is the module
+    """A client's channel, stubs and default timeout. ``_channels`` is the module
     that makes the channels of :meth:`connect`: ``grpc`` or ``grpc.aio``."""
 
     _channels: Any
 
     def __init__(self, channel: ChannelT, *, timeout: float | None = None) -> None:
         self._channel = channel
-        self._stub = registry_pb2_grpc.OperationRegistryStub(channel)
+        # One channel for both services: OperationAdmin is a separate service so
+        # that access to it can be granted apart, not a separate endpoint.
+        self._stubs: dict[str, Any] = {
+            REGISTRY: registry_pb2_grpc.OperationRegistryStub(channel),
+            ADMIN: admin_pb2_grpc.OperationAdminStub(channel),
+        }
         self.timeout = timeout
 
     @classmethod
@@ -70,19 +81,21 @@ class ClientBase(Generic[ChannelT]):
     def _stub_method(self, call: Call[Any]) -> Callable[..., Any]:
         """The stub's method for ``call``, bound to its request and timeout (the
         call's own, else the client's)."""
-        method = getattr(self._stub, call.method)
+        method = getattr(self._stubs[call.service], call.method)
         timeout = self.timeout if call.timeout is None else call.timeout
         return lambda: method(call.request, timeout=timeout)
 
 
 @dataclass(frozen=True)
 class Call(Generic[R]):
-    """One RPC to make: the stub's method (e.g. ``"Claim"``), the request, and
-    the caller's timeout (``None``: the client's). ``R`` is the response type."""
+    """One RPC to make: the stub's method (e.g. ``"Claim"``), the request, the
+    caller's timeout (``None``: the client's) and the service (:data:`REGISTRY`
+    or :data:`ADMIN`). ``R`` is the response type."""
 
     method: str
     request: Any
     timeout: float | None
+    service: str = REGISTRY
 
 
 def as_method(method: Callable[..., Any], wrapper: Callable[..., Call[Any]], owner: str) -> Any:
@@ -171,11 +184,20 @@ def lookup(
     operation_key: str,
     *,
     include_executions: bool = False,
+    include_parameters: bool = False,
+    include_audit: bool = False,
     timeout: float | None = None,
 ) -> Call[pb.LookupResponse]:
-    """Reads an operation and, with ``include_executions``, its execution history."""
+    """Reads an operation and, with ``include_executions``, its execution
+    history; ``include_parameters`` fills ``operation.parameters`` (when they
+    were given as a Struct); ``include_audit`` adds the operator actions
+    (``audit``, oldest first)."""
     request = pb.LookupRequest(
-        namespace=namespace, operation_key=operation_key, include_executions=include_executions
+        namespace=namespace,
+        operation_key=operation_key,
+        include_executions=include_executions,
+        include_parameters=include_parameters,
+        include_audit=include_audit,
     )
     return Call("Lookup", request, timeout)
 
@@ -222,3 +244,131 @@ def get_resource(namespace: str, resource: str, *, timeout: float | None = None)
     """Reads a protected resource."""
     request = pb.GetResourceRequest(namespace=namespace, resource=resource)
     return Call("GetResource", request, timeout)
+
+
+def claim_due(
+    namespace: str,
+    *,
+    owner: str,
+    execution_id: str = "",
+    lease_ttl: Seconds | None = None,
+    limit: int = 0,
+    timeout: float | None = None,
+) -> Call[pb.ClaimDueResponse]:
+    """Hands due work in ``namespace`` to ``owner``, oldest due first: due
+    retries and expired leases (ACQUIRED: execute), unknown outcomes (RECONCILE:
+    check the remote system first). ``limit``: at most that many (1–1000; 0:
+    the server's 100). Each ``operation`` carries its parameters."""
+    request = pb.ClaimDueRequest(namespace=namespace, owner=owner, execution_id=execution_id, limit=limit)
+    if lease_ttl is not None:
+        request.lease_ttl.CopyFrom(to_duration(lease_ttl))
+    return Call("ClaimDue", request, timeout)
+
+
+# -- the OperationAdmin wrappers ----------------------------------------------
+
+
+def list_operations(
+    namespace: str,
+    *,
+    statuses: Iterable[pb.OperationStatus] = (),
+    expired_leases_only: bool = False,
+    older_than: Seconds | None = None,
+    held_only: bool = False,
+    page_size: int = 0,
+    page_token: str = "",
+    timeout: float | None = None,
+) -> Call[admin_pb.ListOperationsResponse]:
+    """One page of the manual queue: the unfinished operations matching every
+    filter, in registration order (then key). ``statuses``: any of IN_PROGRESS,
+    RETRY_SCHEDULED, UNKNOWN and DEAD (empty: all four; SUCCEEDED and FAILED
+    are INVALID_ARGUMENT). Pass the answer's ``next_page_token`` (empty on the
+    last page) as ``page_token``, with the same filters, for the next page."""
+    request = admin_pb.ListOperationsRequest(
+        namespace=namespace,
+        statuses=list(statuses),
+        expired_leases_only=expired_leases_only,
+        held_only=held_only,
+        page_size=page_size,
+        page_token=page_token,
+    )
+    if older_than is not None:
+        request.older_than.CopyFrom(to_duration(older_than))
+    return Call("ListOperations", request, timeout, ADMIN)
+
+
+def resolve_operation(
+    namespace: str,
+    operation_key: str,
+    *,
+    operator: str,
+    reason: str,
+    outcome: pb.Success | pb.Failure,
+    timeout: float | None = None,
+) -> Call[admin_pb.ResolveOperationResponse]:
+    """Records the real outcome (a ``Success`` or a ``Failure``) of an
+    UNKNOWN, reconciling or DEAD operation, found by checking the remote
+    system. Any live lease is revoked."""
+    request = admin_pb.ResolveOperationRequest(
+        namespace=namespace, operation_key=operation_key, operator=operator, reason=reason
+    )
+    if isinstance(outcome, pb.Success):
+        request.success.CopyFrom(outcome)
+    elif isinstance(outcome, pb.Failure):
+        request.failure.CopyFrom(outcome)
+    else:
+        raise TypeError(f"outcome must be a Success or Failure message, not {type(outcome).__name__}")
+    return Call("ResolveOperation", request, timeout, ADMIN)
+
+
+def requeue_operation(
+    namespace: str,
+    operation_key: str,
+    *,
+    operator: str,
+    reason: str,
+    revision: str = "",
+    retry_policy: pb.RetryPolicy | None = None,
+    timeout: float | None = None,
+) -> Call[admin_pb.RequeueOperationResponse]:
+    """DEAD → RETRY_SCHEDULED, due now, with a fresh retry budget
+    (``retry_policy``; absent: the server default). ``revision`` says what
+    changed outside opreg since the operation died."""
+    request = admin_pb.RequeueOperationRequest(
+        namespace=namespace, operation_key=operation_key, operator=operator, reason=reason, revision=revision
+    )
+    if retry_policy is not None:
+        request.retry_policy.CopyFrom(retry_policy)
+    return Call("RequeueOperation", request, timeout, ADMIN)
+
+
+def hold_operation(
+    namespace: str,
+    operation_key: str,
+    *,
+    operator: str,
+    reason: str,
+    timeout: float | None = None,
+) -> Call[admin_pb.HoldOperationResponse]:
+    """Freezes an IN_PROGRESS, RETRY_SCHEDULED, UNKNOWN or DEAD operation:
+    Claim answers HELD, ClaimDue skips it, and a live lease is revoked."""
+    request = admin_pb.HoldOperationRequest(
+        namespace=namespace, operation_key=operation_key, operator=operator, reason=reason
+    )
+    return Call("HoldOperation", request, timeout, ADMIN)
+
+
+def release_operation(
+    namespace: str,
+    operation_key: str,
+    *,
+    operator: str,
+    reason: str,
+    timeout: float | None = None,
+) -> Call[admin_pb.ReleaseOperationResponse]:
+    """Ends a hold. An operation whose live lease the hold revoked becomes
+    UNKNOWN; any other returns to the status it had."""
+    request = admin_pb.ReleaseOperationRequest(
+        namespace=namespace, operation_key=operation_key, operator=operator, reason=reason
+    )
+    return Call("ReleaseOperation", request, timeout, ADMIN)

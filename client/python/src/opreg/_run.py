@@ -16,7 +16,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from ._convert import Seconds, from_duration, seconds, to_duration
@@ -29,6 +29,7 @@ from .errors import (
     LeaseNotHeld,
     NotFound,
     OperationDead,
+    OperationHeld,
     OpregError,
     OutcomeNotRecorded,
     ParameterConflict,
@@ -338,6 +339,18 @@ def replayed_result(operation: pb.Operation) -> Result:
     raise OpregError(f"REPLAYED with status {pb.OperationStatus.Name(operation.status)}")
 
 
+def held(response: pb.ClaimResponse) -> OperationHeld:
+    operation = response.operation
+    retry_after = from_duration(response.retry_after) if response.HasField("retry_after") else None
+    since = f" since {operation.held_at.ToJsonString()}" if operation.HasField("held_at") else ""
+    return OperationHeld(
+        f"{operation.namespace}/{operation.operation_key} is held by an operator{since}"
+        + (f"; claim again after {retry_after:.3f}s or ask the operator" if retry_after is not None else ""),
+        retry_after=retry_after,
+        operation=operation,
+    )
+
+
 def dead(operation: pb.Operation) -> OperationDead:
     return OperationDead(
         f"{operation.namespace}/{operation.operation_key} is DEAD after {operation.attempts} attempt(s)"
@@ -519,12 +532,17 @@ class RunOnce:
         """What to do with Claim's answer: return a :class:`Result` (REPLAYED),
         sleep that many seconds and claim again (IN_PROGRESS / RETRY_LATER), or
         run an :class:`Attempt` under the lease (ACQUIRED / RECONCILE). Raises
-        the recorded failure, OperationDead, DeadlineExceeded or ReconcileRequired."""
+        the recorded failure, OperationDead, OperationHeld, DeadlineExceeded or
+        ReconcileRequired."""
         spec, outcome = self.spec, response.outcome
         if outcome == pb.CLAIM_OUTCOME_REPLAYED:
             return replayed_result(response.operation)
         if outcome == pb.CLAIM_OUTCOME_DEAD:
             raise dead(response.operation) from self.last_error
+        if outcome == pb.CLAIM_OUTCOME_HELD:
+            # Not waited out like IN_PROGRESS: an operator froze the operation,
+            # and the caller must learn that rather than time out on it.
+            raise held(response) from self.last_error
         if outcome in (pb.CLAIM_OUTCOME_IN_PROGRESS, pb.CLAIM_OUTCOME_RETRY_LATER):
             wait = claim_wait(response, spec.poll_interval)
             if wait >= self.overall.remaining():
@@ -541,7 +559,8 @@ class RunOnce:
 
 
 class Attempt:
-    """One execution under the lease Claim handed out (ACQUIRED or RECONCILE).
+    """One execution under the lease Claim (or ClaimDue) handed out (ACQUIRED
+    or RECONCILE).
 
     The client builds its lease from ``lease_fields`` and renews it; if
     ``reconciling`` it calls ``reconcile(lease, remote_ref)`` and reports the
@@ -551,7 +570,7 @@ class Attempt:
     :meth:`complete` describes and returns what :meth:`done` returns.
     """
 
-    def __init__(self, run: RunOnce, response: pb.ClaimResponse, claimed_at: float) -> None:
+    def __init__(self, run: RunOnce, response: pb.ClaimResponse | pb.DueOperation, claimed_at: float) -> None:
         spec, operation = run.spec, response.operation
         self.run = run
         self.spec = spec
@@ -569,6 +588,7 @@ class Attempt:
         }
         self.report: Outcome | None = None
         self.error: BaseException | None = None  # what work or reconcile raised
+        self.recorded: pb.Operation | None = None  # the operation once Complete recorded the report
         if self.reconciling and not run.can_reconcile:
             # Hand the reconcile lease back at once (Complete(unknown), same
             # remote_ref) rather than sit on it until it lapses; then raise.
@@ -667,6 +687,7 @@ class Attempt:
     def done(self, completed: pb.CompleteResponse) -> Any:
         """What ``run_once`` does once Complete recorded the report: return a
         Result, return AGAIN (claim again), or raise."""
+        self.recorded = completed.operation
         if self.reconciling and self.error is not None:
             raise self.error
         assert self.report is not None
@@ -678,6 +699,16 @@ class Attempt:
             retry_transient=self.spec.retry_transient,
             can_reconcile=self.run.can_reconcile,
         )
+
+
+def due_attempt(spec: RunSpec, due: pb.DueOperation, claimed_at: float) -> Attempt:
+    """The :class:`Attempt` for an operation ClaimDue handed out, run by the
+    worker under the run-once rules. It is never claimed again (the worker's
+    next ClaimDue does that), so it has no overall deadline of its own: Complete
+    gets its COMPLETE_RPC_TIMEOUTS, and a recorded TransientError or
+    SentButUnconfirmed is raised from :meth:`Attempt.done`, not retried."""
+    spec = replace(spec, operation_key=due.operation.operation_key, retry_transient=False)
+    return Attempt(RunOnce(spec, 0, can_reconcile=True), due, claimed_at)
 
 
 # Complete (and the Lookup that settles a doubtful Complete) gets this many RPC
@@ -712,9 +743,10 @@ def expiry_margin(lease_ttl: float) -> float:
 
 
 class Renewal:
-    """The renewals of one lease. The client loops until stopped: sleep
-    ``wait``, make the Renew that :meth:`renew` makes, and report the answer
-    to :meth:`renewed` or the error to :meth:`failed` (true: stop)."""
+    """The renewals of one lease. The client loops until stopped or
+    :attr:`pointless`: sleep ``wait``, make the Renew that :meth:`renew` makes,
+    and report the answer to :meth:`renewed` or the error to :meth:`failed`
+    (true: stop)."""
 
     def __init__(self, lease: LeaseBase, spec: RunSpec) -> None:
         self._lease = lease
@@ -723,6 +755,13 @@ class Renewal:
         self._sent = 0.0
         self._margin = expiry_margin(spec.lease_ttl)
         self.wait = spec.renew_interval
+
+    @property
+    def pointless(self) -> bool:
+        """True once the lease is lost (e.g. a stopping worker cancelled the
+        work): nothing will be completed under it, and renewing it would only
+        keep the operation from the execution that takes over."""
+        return self._lease.lost
 
     def renew(self, renew: Callable[..., T]) -> T:
         """Calls ``renew`` (the client's method) for the lease, bounded by its expiry."""

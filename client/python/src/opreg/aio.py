@@ -1,28 +1,30 @@
-"""The asyncio client (``grpc.aio``): the same wrappers and ``run_once`` as
-:class:`opreg.Client`, awaited.
+"""The asyncio client (``grpc.aio``): the same wrappers, ``run_once`` and
+worker (:class:`AsyncWorker`) as :class:`opreg.Client`, awaited.
 
-What the two clients share lives in ``_rpc`` and ``_run``; this module awaits
-the calls, sleeps with ``asyncio.sleep``, renews leases in a task and runs
-``work`` in a task that is cancelled when the lease is lost."""
+What the two clients share lives in ``_rpc``, ``_run`` and ``_worker``; this
+module awaits the calls, sleeps with ``asyncio.sleep``, renews leases in a
+task, runs ``work`` in a task that is cancelled when the lease is lost, and
+runs a worker's operations in tasks."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
 import grpc.aio
 
-from . import _rpc, _run
+from . import _rpc, _run, _worker
 from ._convert import Parameters, Seconds
 from ._gen.v1 import registry_pb2 as pb
 from ._rpc import DEFAULT_CHANNEL_OPTIONS  # noqa: F401 - opreg.aio.DEFAULT_CHANNEL_OPTIONS, as before
 from ._run import AGAIN, Reconciliation, Result
 from .errors import OpregError, StaleFencingToken, Unavailable, from_rpc_error
 
-__all__ = ["AsyncClient", "AsyncLease"]
+__all__ = ["AsyncClient", "AsyncLease", "AsyncWorker"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -64,6 +66,8 @@ async def _renew_forever(client: AsyncClient, lease: AsyncLease, spec: _run.RunS
     renewal = _run.Renewal(lease, spec)
     while True:
         await asyncio.sleep(renewal.wait)
+        if renewal.pointless:
+            return
         try:
             response = await renewal.renew(client.renew)
         except OpregError as error:
@@ -141,6 +145,15 @@ class AsyncClient(_rpc.ClientBase[grpc.aio.Channel]):
     renew = _method(_rpc.renew)
     fenced_write = _method(_rpc.fenced_write)
     get_resource = _method(_rpc.get_resource)
+    claim_due = _method(_rpc.claim_due)
+
+    # -- OperationAdmin RPCs (see _rpc) ----------------------------------------
+
+    list_operations = _method(_rpc.list_operations)
+    resolve_operation = _method(_rpc.resolve_operation)
+    requeue_operation = _method(_rpc.requeue_operation)
+    hold_operation = _method(_rpc.hold_operation)
+    release_operation = _method(_rpc.release_operation)
 
     # -- run once -----------------------------------------------------------
 
@@ -199,8 +212,12 @@ class AsyncClient(_rpc.ClientBase[grpc.aio.Channel]):
         attempt: _run.Attempt,
         work: Callable[[AsyncLease], Awaitable[Any]],
         reconcile: Callable[[AsyncLease, str], Any] | None,
+        lease: AsyncLease | None = None,
     ) -> Any:
-        lease = AsyncLease(self, **attempt.lease_fields)
+        """Runs ``attempt`` under ``lease`` (a new one unless the caller, the
+        worker, built it to be able to cancel it)."""
+        if lease is None:
+            lease = AsyncLease(self, **attempt.lease_fields)
         renewer = asyncio.create_task(_renew_forever(self, lease, attempt.spec))
         try:  # the lease is renewed during reconcile, work and Complete
             if attempt.must_reconcile:
@@ -249,3 +266,117 @@ class AsyncClient(_rpc.ClientBase[grpc.aio.Channel]):
             except Unavailable as error:
                 delay = retry.failed(error)
             await asyncio.sleep(delay)
+
+
+class AsyncWorker(_worker.WorkerBase[AsyncLease]):
+    """The asyncio form of :class:`opreg.Worker`: each operation runs in its
+    own task, and a handler's work in a task cancelled when its lease is lost.
+
+        worker = opreg.AsyncWorker(aclient, "payments", handlers={"debit": debit}, reconcile=check_psp)
+        loop.add_signal_handler(signal.SIGTERM, worker.stop)
+        await worker.run()  # until stop()
+
+    ``handler(operation, lease)`` and ``reconcile(operation, lease)`` may be
+    coroutine functions or plain ones. :meth:`stop` must be called on the
+    event loop's thread (elsewhere: ``loop.call_soon_threadsafe(worker.stop)``).
+    Cancelling ``run`` stops at once: in-flight work is cancelled too.
+    """
+
+    _client: AsyncClient
+    _wake: asyncio.Event
+
+    @staticmethod
+    def _make_wake() -> asyncio.Event:
+        return asyncio.Event()
+
+    async def run(self) -> None:
+        """Pulls and runs due operations until :meth:`stop`; then lets the
+        in-flight ones finish (within the grace period) and returns. Raises
+        what ClaimDue raised other than UNAVAILABLE / DEADLINE_EXCEEDED."""
+        self._begin()
+        try:
+            await self._pull()
+        except asyncio.CancelledError:
+            self._stop(0)
+            raise
+        finally:
+            await self._drain()
+
+    def stop(self, grace: Seconds | None = None) -> None:
+        """Stop pulling; in-flight operations get ``grace`` seconds (default:
+        the worker's) to finish. Returns at once; ``run`` returns when done."""
+        self._stop(grace)
+        self._wake.set()
+
+    async def _pull(self) -> None:
+        while True:
+            await self._wait_until(lambda: self._stopping or self._free_slots() > 0)
+            if self._stopping:
+                return
+            claimed_at = time.monotonic()  # the leases end at the latest lease_ttl after this
+            try:
+                response = await self._claim_due(self._client.claim_due, self._free_slots())
+            except Unavailable as error:
+                await self._sleep(self._transport_wait(error))
+                continue
+            self._claimed()
+            for due in response.operations:
+                self._start(due, claimed_at)
+            if not response.operations:
+                await self._sleep(self._idle_wait())
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, returning early when stopped."""
+        await self._wait_until(lambda: self._stopping, seconds)
+
+    async def _wait_until(self, ready: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Waits until ``ready()`` (re-checked whenever the worker is woken) or
+        ``timeout`` seconds passed; returns ``ready()``."""
+        loop = asyncio.get_running_loop()
+        end = None if timeout is None else loop.time() + timeout
+        while not ready():
+            left = None if end is None else end - loop.time()
+            if left is not None and left <= 0:
+                return False
+            self._wake.clear()  # no await between the check and the clear: no wake-up is missed
+            try:
+                await asyncio.wait_for(self._wake.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+        return True
+
+    def _start(self, due: pb.DueOperation, claimed_at: float) -> None:
+        execution = self._plan(due, claimed_at)
+        if execution is None:
+            return
+        lease = AsyncLease(self._client, **execution.attempt.lease_fields)
+        self._in_flight[lease] = asyncio.create_task(
+            self._run_operation(execution, lease), name=f"opreg-worker-{lease.fencing_token}"
+        )
+
+    async def _run_operation(self, execution: _worker.Execution, lease: AsyncLease) -> None:
+        try:
+            await self._client._execute(execution.attempt, execution.work, execution.reconcile, lease)
+        except Exception as error:  # noqa: BLE001 - logged; one operation's outcome never stops the worker
+            self._finished(execution, error)
+        except asyncio.CancelledError as cancelled:
+            self._finished(execution, cancelled)
+            raise
+        else:
+            self._finished(execution, None)
+        finally:
+            del self._in_flight[lease]
+            self._wake.set()
+
+    async def _drain(self) -> None:
+        self._stopping = True
+        if await self._wait_until(lambda: not self._in_flight, self.grace):
+            return
+        tasks = self._cancel_in_flight()  # their leases are lost: the work tasks are cancelled
+        if await self._wait_until(lambda: not self._in_flight, _worker.UNWIND_TIMEOUT):
+            return
+        # Still unwinding (e.g. a Complete being retried): cancel the operations' tasks themselves.
+        self._unwound(len(self._in_flight))
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

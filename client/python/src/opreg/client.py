@@ -1,8 +1,10 @@
-"""The synchronous client: a thin typed wrapper per RPC, and ``run_once``.
+"""The synchronous client: a thin typed wrapper per RPC, ``run_once``, and the
+:class:`Worker`.
 
 What the two clients share lives in ``_rpc`` (the wrappers' signatures and
-requests) and ``_run`` (the run-once protocol); this module makes the calls,
-sleeps with ``time.sleep`` and renews leases in a thread."""
+requests), ``_run`` (the run-once protocol) and ``_worker`` (the worker's
+decisions); this module makes the calls, sleeps with ``time.sleep``, renews
+leases in a thread and runs a worker's operations on threads."""
 
 from __future__ import annotations
 
@@ -13,14 +15,14 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
 
-from . import _rpc, _run
+from . import _rpc, _run, _worker
 from ._convert import Parameters, Seconds
 from ._gen.v1 import registry_pb2 as pb
 from ._rpc import DEFAULT_CHANNEL_OPTIONS
 from ._run import AGAIN, Reconciliation, Result
 from .errors import OpregError, StaleFencingToken, Unavailable, from_rpc_error
 
-__all__ = ["Client", "Lease", "DEFAULT_CHANNEL_OPTIONS"]
+__all__ = ["Client", "Lease", "Worker", "DEFAULT_CHANNEL_OPTIONS"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -63,7 +65,7 @@ class _Renewer(threading.Thread):
 
     def run(self) -> None:
         renewal = self._renewal
-        while not self._stopped.wait(renewal.wait):
+        while not self._stopped.wait(renewal.wait) and not renewal.pointless:
             try:
                 response = renewal.renew(self._client.renew)
             except OpregError as error:
@@ -117,6 +119,15 @@ class Client(_rpc.ClientBase[grpc.Channel]):
     renew = _method(_rpc.renew)
     fenced_write = _method(_rpc.fenced_write)
     get_resource = _method(_rpc.get_resource)
+    claim_due = _method(_rpc.claim_due)
+
+    # -- OperationAdmin RPCs (see _rpc) ----------------------------------------
+
+    list_operations = _method(_rpc.list_operations)
+    resolve_operation = _method(_rpc.resolve_operation)
+    requeue_operation = _method(_rpc.requeue_operation)
+    hold_operation = _method(_rpc.hold_operation)
+    release_operation = _method(_rpc.release_operation)
 
     # -- run once -----------------------------------------------------------
 
@@ -189,8 +200,12 @@ class Client(_rpc.ClientBase[grpc.Channel]):
         attempt: _run.Attempt,
         work: Callable[[Lease], Any],
         reconcile: Callable[[Lease, str], Reconciliation] | None,
+        lease: Lease | None = None,
     ) -> Any:
-        lease = Lease(self, **attempt.lease_fields)
+        """Runs ``attempt`` under ``lease`` (a new one unless the caller, the
+        worker, built it to be able to cancel it)."""
+        if lease is None:
+            lease = Lease(self, **attempt.lease_fields)
         renewer = _Renewer(self, lease, attempt.spec)
         renewer.start()
         try:  # the lease is renewed during reconcile, work and Complete
@@ -234,3 +249,102 @@ class Client(_rpc.ClientBase[grpc.Channel]):
             except Unavailable as error:
                 delay = retry.failed(error)
             time.sleep(delay)
+
+
+class Worker(_worker.WorkerBase[Lease]):
+    """Runs the due operations of one namespace, each on its own thread, by the
+    run-once rules (see :class:`opreg.AsyncWorker` for asyncio, and the README).
+
+        worker = opreg.Worker(client, "payments", handlers={"debit": debit}, reconcile=check_psp)
+        signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+        worker.run()  # until stop()
+
+    ``handler(operation, lease)`` gets the Operation (with its parameters) and
+    the :class:`Lease`; ``reconcile(operation, lease)`` returns a
+    :class:`Reconciliation`. ``run`` blocks until :meth:`stop` (from another
+    thread or a signal handler) and the in-flight operations are done; after
+    the grace period their leases are marked lost (``lease.lost``,
+    ``lease.wait`` returns, ``lease.check`` raises): a sync handler cannot be
+    interrupted, so it should watch its lease.
+    """
+
+    _client: Client
+    _wake: threading.Condition
+
+    @staticmethod
+    def _make_wake() -> threading.Condition:
+        return threading.Condition()
+
+    def run(self) -> None:
+        """Pulls and runs due operations until :meth:`stop`; then lets the
+        in-flight ones finish (within the grace period) and returns. Raises
+        what ClaimDue raised other than UNAVAILABLE / DEADLINE_EXCEEDED."""
+        self._begin()
+        try:
+            self._pull()
+        finally:
+            self._drain()
+
+    def stop(self, grace: Seconds | None = None) -> None:
+        """Stop pulling; in-flight operations get ``grace`` seconds (default:
+        the worker's) to finish. Returns at once; ``run`` returns when done."""
+        with self._wake:
+            self._stop(grace)
+            self._wake.notify_all()
+
+    def _pull(self) -> None:
+        while True:
+            with self._wake:
+                self._wake.wait_for(lambda: self._stopping or self._free_slots() > 0)
+                if self._stopping:
+                    return
+                free = self._free_slots()
+            claimed_at = time.monotonic()  # the leases end at the latest lease_ttl after this
+            try:
+                response = self._claim_due(self._client.claim_due, free)
+            except Unavailable as error:
+                self._sleep(self._transport_wait(error))
+                continue
+            self._claimed()
+            for due in response.operations:
+                self._start(due, claimed_at)
+            if not response.operations:
+                self._sleep(self._idle_wait())
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep, returning early when stopped."""
+        with self._wake:
+            self._wake.wait_for(lambda: self._stopping, seconds)
+
+    def _start(self, due: pb.DueOperation, claimed_at: float) -> None:
+        execution = self._plan(due, claimed_at)
+        if execution is None:
+            return
+        lease = Lease(self._client, **execution.attempt.lease_fields)
+        thread = threading.Thread(
+            target=self._run_operation, args=(execution, lease), name=f"opreg-worker-{lease.fencing_token}", daemon=True
+        )
+        with self._wake:
+            self._in_flight[lease] = thread
+        thread.start()
+
+    def _run_operation(self, execution: _worker.Execution, lease: Lease) -> None:
+        error: Exception | None = None
+        try:
+            self._client._execute(execution.attempt, execution.work, execution.reconcile, lease)
+        except Exception as exc:  # noqa: BLE001 - logged; one operation's outcome never stops the worker
+            error = exc
+        finally:
+            self._finished(execution, error)
+            with self._wake:
+                del self._in_flight[lease]
+                self._wake.notify_all()
+
+    def _drain(self) -> None:
+        with self._wake:
+            self._stopping = True
+            if self._wake.wait_for(lambda: not self._in_flight, self.grace):
+                return
+            self._cancel_in_flight()
+            self._wake.wait_for(lambda: not self._in_flight, _worker.UNWIND_TIMEOUT)
+            self._unwound(len(self._in_flight))

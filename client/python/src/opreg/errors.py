@@ -6,20 +6,20 @@ domain ``"opreg"``; :func:`from_rpc_error` turns it into a subclass of
 without an ErrorInfo, by the status code).
 
 The :mod:`opreg.run_once` helper adds its own errors: :class:`DeadlineExceeded`,
-:class:`OperationDead`, :class:`LeaseLost`, :class:`ReconcileRequired`.
+:class:`OperationDead`, :class:`OperationHeld`, :class:`LeaseLost`,
+:class:`ReconcileRequired`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-if TYPE_CHECKING:
-    from ._gen.v1 import registry_pb2
+from ._gen.v1 import registry_pb2
 
 __all__ = [
     "ERROR_DOMAIN",
@@ -28,6 +28,7 @@ __all__ = [
     "StaleFencingToken",
     "AlreadyCompleted",
     "LeaseNotHeld",
+    "InvalidTransition",
     "CompensationError",
     "OriginalOutcomeUnknown",
     "NothingToCompensate",
@@ -41,6 +42,7 @@ __all__ = [
     "InternalError",
     "DeadlineExceeded",
     "OperationDead",
+    "OperationHeld",
     "LeaseLost",
     "ReconcileRequired",
     "from_rpc_error",
@@ -130,6 +132,28 @@ class LeaseNotHeld(OpregError):
     not hold the current token."""
 
 
+class InvalidTransition(OpregError):
+    """``FAILED_PRECONDITION``/``INVALID_TRANSITION``: an OperationAdmin action
+    the operation's status does not allow (e.g. requeueing an operation that is
+    not DEAD, resolving one that succeeded)."""
+
+    @property
+    def current_status(self) -> int | None:
+        """The operation's status when the action was refused (an
+        ``OperationStatus`` value); ``None`` if the server named none this
+        client knows."""
+        name = self.metadata.get("currentStatus", "")
+        try:
+            return registry_pb2.OperationStatus.Value(name)
+        except ValueError:
+            return None
+
+    @property
+    def held(self) -> bool | None:
+        """Whether the operation was held; ``None`` if the server did not say."""
+        return {"true": True, "false": False}.get(self.metadata.get("held", ""))
+
+
 class CompensationError(OpregError):
     """Base of the refusals of a compensating Claim."""
 
@@ -210,6 +234,18 @@ class OperationDead(OpregError):
         self.operation: registry_pb2.Operation | None = operation
 
 
+class OperationHeld(OpregError):
+    """Claim answered HELD: an operator froze the operation while it is
+    investigated (any lease it had is revoked). ``run_once`` raises this at
+    once rather than wait: claim again after ``retry_after`` seconds or ask
+    the operator (``operation.held_at``)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, operation: Any = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.operation: registry_pb2.Operation | None = operation
+
+
 class LeaseLost(OpregError):
     """The lease was lost (another execution took over, or it could not be
     renewed before it expired). The helper did not, and must not, Complete."""
@@ -245,6 +281,7 @@ _BY_REASON: dict[str, type[OpregError]] = {
     "STALE_FENCING_TOKEN": StaleFencingToken,
     "ALREADY_COMPLETED": AlreadyCompleted,
     "LEASE_NOT_HELD": LeaseNotHeld,
+    "INVALID_TRANSITION": InvalidTransition,
     "ORIGINAL_OUTCOME_UNKNOWN": OriginalOutcomeUnknown,
     "NOTHING_TO_COMPENSATE": NothingToCompensate,
     "ALREADY_COMPENSATED": AlreadyCompensated,

@@ -21,6 +21,7 @@ class ClaimOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CLAIM_OUTCOME_RETRY_LATER: _ClassVar[ClaimOutcome]
     CLAIM_OUTCOME_RECONCILE: _ClassVar[ClaimOutcome]
     CLAIM_OUTCOME_DEAD: _ClassVar[ClaimOutcome]
+    CLAIM_OUTCOME_HELD: _ClassVar[ClaimOutcome]
 
 class OperationStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -49,6 +50,15 @@ class ExecutionOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXECUTION_OUTCOME_RETRYABLE: _ClassVar[ExecutionOutcome]
     EXECUTION_OUTCOME_UNKNOWN: _ClassVar[ExecutionOutcome]
     EXECUTION_OUTCOME_SUPERSEDED: _ClassVar[ExecutionOutcome]
+    EXECUTION_OUTCOME_REVOKED: _ClassVar[ExecutionOutcome]
+
+class AdminAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ADMIN_ACTION_UNSPECIFIED: _ClassVar[AdminAction]
+    ADMIN_ACTION_RESOLVE: _ClassVar[AdminAction]
+    ADMIN_ACTION_REQUEUE: _ClassVar[AdminAction]
+    ADMIN_ACTION_HOLD: _ClassVar[AdminAction]
+    ADMIN_ACTION_RELEASE: _ClassVar[AdminAction]
 CLAIM_OUTCOME_UNSPECIFIED: ClaimOutcome
 CLAIM_OUTCOME_ACQUIRED: ClaimOutcome
 CLAIM_OUTCOME_REPLAYED: ClaimOutcome
@@ -56,6 +66,7 @@ CLAIM_OUTCOME_IN_PROGRESS: ClaimOutcome
 CLAIM_OUTCOME_RETRY_LATER: ClaimOutcome
 CLAIM_OUTCOME_RECONCILE: ClaimOutcome
 CLAIM_OUTCOME_DEAD: ClaimOutcome
+CLAIM_OUTCOME_HELD: ClaimOutcome
 OPERATION_STATUS_UNSPECIFIED: OperationStatus
 OPERATION_STATUS_IN_PROGRESS: OperationStatus
 OPERATION_STATUS_SUCCEEDED: OperationStatus
@@ -75,6 +86,12 @@ EXECUTION_OUTCOME_FAILED: ExecutionOutcome
 EXECUTION_OUTCOME_RETRYABLE: ExecutionOutcome
 EXECUTION_OUTCOME_UNKNOWN: ExecutionOutcome
 EXECUTION_OUTCOME_SUPERSEDED: ExecutionOutcome
+EXECUTION_OUTCOME_REVOKED: ExecutionOutcome
+ADMIN_ACTION_UNSPECIFIED: AdminAction
+ADMIN_ACTION_RESOLVE: AdminAction
+ADMIN_ACTION_REQUEUE: AdminAction
+ADMIN_ACTION_HOLD: AdminAction
+ADMIN_ACTION_RELEASE: AdminAction
 
 class ClaimRequest(_message.Message):
     __slots__ = ("namespace", "operation_key", "parameters", "parameters_digest", "owner", "execution_id", "lease_ttl", "retry_policy", "compensates")
@@ -195,22 +212,58 @@ class CompleteResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class LookupRequest(_message.Message):
-    __slots__ = ("namespace", "operation_key", "include_executions")
+    __slots__ = ("namespace", "operation_key", "include_executions", "include_parameters", "include_audit")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_AUDIT_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     operation_key: str
     include_executions: bool
-    def __init__(self, namespace: _Optional[str] = ..., operation_key: _Optional[str] = ..., include_executions: _Optional[bool] = ...) -> None: ...
+    include_parameters: bool
+    include_audit: bool
+    def __init__(self, namespace: _Optional[str] = ..., operation_key: _Optional[str] = ..., include_executions: _Optional[bool] = ..., include_parameters: _Optional[bool] = ..., include_audit: _Optional[bool] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
-    __slots__ = ("operation", "executions")
+    __slots__ = ("operation", "executions", "audit")
     OPERATION_FIELD_NUMBER: _ClassVar[int]
     EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_FIELD_NUMBER: _ClassVar[int]
     operation: Operation
     executions: _containers.RepeatedCompositeFieldContainer[Execution]
-    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., executions: _Optional[_Iterable[_Union[Execution, _Mapping]]] = ...) -> None: ...
+    audit: _containers.RepeatedCompositeFieldContainer[AuditEntry]
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., executions: _Optional[_Iterable[_Union[Execution, _Mapping]]] = ..., audit: _Optional[_Iterable[_Union[AuditEntry, _Mapping]]] = ...) -> None: ...
+
+class ClaimDueRequest(_message.Message):
+    __slots__ = ("namespace", "owner", "execution_id", "lease_ttl", "limit")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    owner: str
+    execution_id: str
+    lease_ttl: _duration_pb2.Duration
+    limit: int
+    def __init__(self, namespace: _Optional[str] = ..., owner: _Optional[str] = ..., execution_id: _Optional[str] = ..., lease_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ClaimDueResponse(_message.Message):
+    __slots__ = ("operations",)
+    OPERATIONS_FIELD_NUMBER: _ClassVar[int]
+    operations: _containers.RepeatedCompositeFieldContainer[DueOperation]
+    def __init__(self, operations: _Optional[_Iterable[_Union[DueOperation, _Mapping]]] = ...) -> None: ...
+
+class DueOperation(_message.Message):
+    __slots__ = ("outcome", "lease", "operation")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    outcome: ClaimOutcome
+    lease: Lease
+    operation: Operation
+    def __init__(self, outcome: _Optional[_Union[ClaimOutcome, str]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class RenewRequest(_message.Message):
     __slots__ = ("namespace", "operation_key", "owner", "fencing_token", "lease_ttl")
@@ -277,7 +330,7 @@ class GetResourceResponse(_message.Message):
     def __init__(self, value: _Optional[bytes] = ..., fence: _Optional[int] = ..., version: _Optional[int] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., operation_key: _Optional[str] = ...) -> None: ...
 
 class Operation(_message.Message):
-    __slots__ = ("namespace", "operation_key", "status", "parameters_digest", "result", "result_ref", "failure", "attempts", "lease", "next_attempt_at", "remote_ref", "reconciling", "compensates", "compensated_by", "created_at", "updated_at", "completed_at", "last_error_class", "last_error_message")
+    __slots__ = ("namespace", "operation_key", "status", "parameters_digest", "result", "result_ref", "failure", "attempts", "lease", "next_attempt_at", "remote_ref", "reconciling", "compensates", "compensated_by", "created_at", "updated_at", "completed_at", "last_error_class", "last_error_message", "held", "held_at", "parameters")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -297,6 +350,9 @@ class Operation(_message.Message):
     COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_CLASS_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    HELD_AT_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     operation_key: str
     status: OperationStatus
@@ -316,7 +372,10 @@ class Operation(_message.Message):
     completed_at: _timestamp_pb2.Timestamp
     last_error_class: str
     last_error_message: str
-    def __init__(self, namespace: _Optional[str] = ..., operation_key: _Optional[str] = ..., status: _Optional[_Union[OperationStatus, str]] = ..., parameters_digest: _Optional[bytes] = ..., result: _Optional[bytes] = ..., result_ref: _Optional[str] = ..., failure: _Optional[_Union[Failure, _Mapping]] = ..., attempts: _Optional[int] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., next_attempt_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., remote_ref: _Optional[str] = ..., reconciling: _Optional[bool] = ..., compensates: _Optional[str] = ..., compensated_by: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error_class: _Optional[str] = ..., last_error_message: _Optional[str] = ...) -> None: ...
+    held: bool
+    held_at: _timestamp_pb2.Timestamp
+    parameters: _struct_pb2.Struct
+    def __init__(self, namespace: _Optional[str] = ..., operation_key: _Optional[str] = ..., status: _Optional[_Union[OperationStatus, str]] = ..., parameters_digest: _Optional[bytes] = ..., result: _Optional[bytes] = ..., result_ref: _Optional[str] = ..., failure: _Optional[_Union[Failure, _Mapping]] = ..., attempts: _Optional[int] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., next_attempt_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., remote_ref: _Optional[str] = ..., reconciling: _Optional[bool] = ..., compensates: _Optional[str] = ..., compensated_by: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error_class: _Optional[str] = ..., last_error_message: _Optional[str] = ..., held: _Optional[bool] = ..., held_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class Execution(_message.Message):
     __slots__ = ("attempt", "execution_id", "owner", "fencing_token", "started_at", "finished_at", "outcome", "error_class", "message", "kind")
@@ -341,3 +400,31 @@ class Execution(_message.Message):
     message: str
     kind: ExecutionKind
     def __init__(self, attempt: _Optional[int] = ..., execution_id: _Optional[str] = ..., owner: _Optional[str] = ..., fencing_token: _Optional[int] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[_Union[ExecutionOutcome, str]] = ..., error_class: _Optional[str] = ..., message: _Optional[str] = ..., kind: _Optional[_Union[ExecutionKind, str]] = ...) -> None: ...
+
+class AuditEntry(_message.Message):
+    __slots__ = ("action", "operator", "reason", "revision", "principal", "status_before", "status_after", "token_before", "token_after", "at", "held_before", "held_after")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    STATUS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_AFTER_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    HELD_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    HELD_AFTER_FIELD_NUMBER: _ClassVar[int]
+    action: AdminAction
+    operator: str
+    reason: str
+    revision: str
+    principal: str
+    status_before: OperationStatus
+    status_after: OperationStatus
+    token_before: int
+    token_after: int
+    at: _timestamp_pb2.Timestamp
+    held_before: bool
+    held_after: bool
+    def __init__(self, action: _Optional[_Union[AdminAction, str]] = ..., operator: _Optional[str] = ..., reason: _Optional[str] = ..., revision: _Optional[str] = ..., principal: _Optional[str] = ..., status_before: _Optional[_Union[OperationStatus, str]] = ..., status_after: _Optional[_Union[OperationStatus, str]] = ..., token_before: _Optional[int] = ..., token_after: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., held_before: _Optional[bool] = ..., held_after: _Optional[bool] = ...) -> None: ...

@@ -30,6 +30,7 @@ class OperationRegistryStub:
     one of: PARAMETER_CONFLICT, STALE_FENCING_TOKEN, ALREADY_COMPLETED,
     LEASE_NOT_HELD, ORIGINAL_OUTCOME_UNKNOWN, NOTHING_TO_COMPENSATE,
     ALREADY_COMPENSATED, OPERATION_NOT_FOUND, RESOURCE_NOT_FOUND,
+    INVALID_TRANSITION (OperationAdmin; metadata currentStatus),
     INVALID_ARGUMENT (with a google.rpc.BadRequest), STORE_UNAVAILABLE, INTERNAL.
     """
 
@@ -69,6 +70,11 @@ class OperationRegistryStub:
                 request_serializer=opreg_dot_v1_dot_registry__pb2.GetResourceRequest.SerializeToString,
                 response_deserializer=opreg_dot_v1_dot_registry__pb2.GetResourceResponse.FromString,
                 _registered_method=True)
+        self.ClaimDue = channel.unary_unary(
+                '/opreg.v1.OperationRegistry/ClaimDue',
+                request_serializer=opreg_dot_v1_dot_registry__pb2.ClaimDueRequest.SerializeToString,
+                response_deserializer=opreg_dot_v1_dot_registry__pb2.ClaimDueResponse.FromString,
+                _registered_method=True)
 
 
 class OperationRegistryServicer:
@@ -76,6 +82,7 @@ class OperationRegistryServicer:
     one of: PARAMETER_CONFLICT, STALE_FENCING_TOKEN, ALREADY_COMPLETED,
     LEASE_NOT_HELD, ORIGINAL_OUTCOME_UNKNOWN, NOTHING_TO_COMPENSATE,
     ALREADY_COMPENSATED, OPERATION_NOT_FOUND, RESOURCE_NOT_FOUND,
+    INVALID_TRANSITION (OperationAdmin; metadata currentStatus),
     INVALID_ARGUMENT (with a google.rpc.BadRequest), STORE_UNAVAILABLE, INTERNAL.
     """
 
@@ -121,6 +128,16 @@ class OperationRegistryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ClaimDue(self, request, context):
+        """Hands due work in one namespace to a worker, oldest due first: retries
+        whose time has come and expired leases (as ACQUIRED), unknown outcomes and
+        expired reconcile leases (as RECONCILE). Each operation goes to exactly one
+        caller per token; held operations are skipped.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperationRegistryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -154,6 +171,11 @@ def add_OperationRegistryServicer_to_server(servicer, server):
                     request_deserializer=opreg_dot_v1_dot_registry__pb2.GetResourceRequest.FromString,
                     response_serializer=opreg_dot_v1_dot_registry__pb2.GetResourceResponse.SerializeToString,
             ),
+            'ClaimDue': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClaimDue,
+                    request_deserializer=opreg_dot_v1_dot_registry__pb2.ClaimDueRequest.FromString,
+                    response_serializer=opreg_dot_v1_dot_registry__pb2.ClaimDueResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'opreg.v1.OperationRegistry', rpc_method_handlers)
@@ -167,6 +189,7 @@ class OperationRegistry:
     one of: PARAMETER_CONFLICT, STALE_FENCING_TOKEN, ALREADY_COMPLETED,
     LEASE_NOT_HELD, ORIGINAL_OUTCOME_UNKNOWN, NOTHING_TO_COMPENSATE,
     ALREADY_COMPENSATED, OPERATION_NOT_FOUND, RESOURCE_NOT_FOUND,
+    INVALID_TRANSITION (OperationAdmin; metadata currentStatus),
     INVALID_ARGUMENT (with a google.rpc.BadRequest), STORE_UNAVAILABLE, INTERNAL.
     """
 
@@ -322,6 +345,33 @@ class OperationRegistry:
             '/opreg.v1.OperationRegistry/GetResource',
             opreg_dot_v1_dot_registry__pb2.GetResourceRequest.SerializeToString,
             opreg_dot_v1_dot_registry__pb2.GetResourceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClaimDue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opreg.v1.OperationRegistry/ClaimDue',
+            opreg_dot_v1_dot_registry__pb2.ClaimDueRequest.SerializeToString,
+            opreg_dot_v1_dot_registry__pb2.ClaimDueResponse.FromString,
             options,
             channel_credentials,
             insecure,
