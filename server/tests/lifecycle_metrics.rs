@@ -90,6 +90,19 @@ async fn the_backlog_due_work_handouts_and_operator_actions_are_counted() {
     assert_eq!(scraped.value("opreg_maintenance_leader", &[]), 1.0);
     assert!(scraped.value("opreg_maintenance_last_run_timestamp_seconds", &[]) > 1.7e9);
     assert_eq!(scraped.value("opreg_retention_lag_seconds", &[ns]), 0.0);
+    let handled = |service, method| {
+        scraped.value(
+            "grpc_server_handled_total",
+            &[
+                ("grpc_service", service),
+                ("grpc_method", method),
+                ("grpc_type", "unary"),
+                ("grpc_code", "OK"),
+            ],
+        )
+    };
+    assert_eq!(handled("opreg.v1.OperationRegistry", "ClaimDue"), 1.0);
+    assert_eq!(handled("opreg.v1.OperationAdmin", "HoldOperation"), 1.0);
     for name in [
         "opreg_due_oldest_age_seconds",
         "opreg_compensations_pending",

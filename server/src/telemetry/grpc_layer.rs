@@ -181,6 +181,15 @@ fn is_served(service: &str, method: &str) -> bool {
             "Renew",
             "FencedWrite",
             "GetResource",
+            "ClaimDue",
+        ]
+        .contains(&method),
+        "opreg.v1.OperationAdmin" => [
+            "ListOperations",
+            "ResolveOperation",
+            "RequeueOperation",
+            "HoldOperation",
+            "ReleaseOperation",
         ]
         .contains(&method),
         "grpc.health.v1.Health" => ["Check", "Watch"].contains(&method),
@@ -265,6 +274,8 @@ mod tests {
     fn only_served_methods_become_labels() {
         assert!(is_served("opreg.v1.OperationRegistry", "Claim"));
         assert!(is_served("grpc.health.v1.Health", "Check"));
+        assert!(is_served("opreg.v1.OperationRegistry", "ClaimDue"));
+        assert!(is_served("opreg.v1.OperationAdmin", "HoldOperation"));
         assert!(!is_served("opreg.v1.OperationRegistry", "Nope"));
         assert!(!is_served("x", "y"));
     }
