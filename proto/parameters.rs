@@ -56,6 +56,44 @@ impl Fingerprint {
     }
 }
 
+/// How big a Struct is before anything is computed from it: values (object
+/// members and array items, at every depth) and nesting depth (the top-level
+/// object is depth 1). Servers bound both before canonicalising.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Shape {
+    pub values: usize,
+    pub depth: usize,
+}
+
+impl Shape {
+    pub fn of(object: &prost_types::Struct) -> Self {
+        let mut shape = Self::default();
+        shape.visit_struct(object, 1);
+        shape
+    }
+
+    fn visit_struct(&mut self, object: &prost_types::Struct, depth: usize) {
+        self.depth = self.depth.max(depth);
+        for value in object.fields.values() {
+            self.visit_value(value, depth);
+        }
+    }
+
+    fn visit_value(&mut self, value: &prost_types::Value, depth: usize) {
+        self.values += 1;
+        match &value.kind {
+            Some(Kind::StructValue(object)) => self.visit_struct(object, depth + 1),
+            Some(Kind::ListValue(list)) => {
+                self.depth = self.depth.max(depth + 1);
+                for item in &list.values {
+                    self.visit_value(item, depth + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// A number that JSON cannot carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("parameters hold NaN or an infinite number")]
@@ -227,6 +265,40 @@ fn top_level_members(canonical: &str) -> Option<BTreeMap<String, String>> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn shape_counts_every_value_and_the_deepest_nesting() {
+        let object = |fields: Vec<(&str, prost_types::Value)>| prost_types::Struct {
+            fields: fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+        };
+        let leaf = || prost_types::Value {
+            kind: Some(Kind::NumberValue(1.0)),
+        };
+        let list = prost_types::Value {
+            kind: Some(Kind::ListValue(prost_types::ListValue {
+                values: vec![leaf(), leaf()],
+            })),
+        };
+        let inner = prost_types::Value {
+            kind: Some(Kind::StructValue(object(vec![("l", list)]))),
+        };
+        let shape = Shape::of(&object(vec![("a", leaf()), ("inner", inner)]));
+        assert_eq!(
+            shape,
+            Shape {
+                values: 5,
+                depth: 3
+            }
+        );
+        assert_eq!(
+            Shape::of(&prost_types::Struct::default()),
+            Shape {
+                values: 0,
+                depth: 1
+            }
+        );
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -13,7 +13,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic_health::server::HealthReporter;
 
 use crate::config::Config;
-use crate::grpc::{AdminService, RegistryService};
+use crate::grpc::{AdminService, EdgeLayer, MessageLimits, RegistryService};
 use crate::maintenance;
 use crate::registry::{MaintenanceSettings, Registry};
 use crate::telemetry::gauges::{self, refresh_forever};
@@ -30,6 +30,7 @@ pub struct Application {
     metrics: PrometheusHandle,
     service: RegistryService,
     admin: AdminService,
+    message_limits: MessageLimits,
     registry: Registry,
     maintenance: MaintenanceSettings,
     pool: PgPool,
@@ -54,6 +55,7 @@ impl Application {
             grpc_listener: bind(config.listen_addr, "gRPC (OPREG_LISTEN_ADDR)").await?,
             metrics_listener: bind(config.metrics_addr, "metrics (OPREG_METRICS_ADDR)").await?,
             metrics,
+            message_limits: crate::grpc::message_limits(&limits),
             service: RegistryService::new(registry.clone(), limits),
             admin: AdminService::new(registry.clone(), limits),
             registry,
@@ -114,6 +116,7 @@ impl Application {
             .tcp_nodelay(true)
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .layer(GrpcTelemetryLayer)
+            .layer(EdgeLayer::new(self.message_limits))
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)

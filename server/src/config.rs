@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::domain::ids::Namespace;
 use crate::domain::policy::{LeaseBounds, PerNamespace, RetryPolicy};
-use crate::grpc::RequestLimits;
+use crate::grpc::{ParameterLimits, RequestLimits};
 use crate::registry::MaintenanceSettings;
 use crate::store::PoolSettings;
 
@@ -73,6 +73,18 @@ pub struct Config {
     /// Largest result (result + result_ref bytes) or fenced value accepted.
     #[arg(long, env = "OPREG_MAX_RESULT_BYTES", default_value_t = 1 << 20)]
     pub max_result_bytes: usize,
+
+    /// Largest Claim parameters, as canonical JSON bytes.
+    #[arg(long, env = "OPREG_MAX_PARAMETERS_BYTES", default_value_t = 64 << 10)]
+    pub max_parameters_bytes: usize,
+
+    /// Most values (object members and array items, at every depth) in Claim parameters.
+    #[arg(long, env = "OPREG_MAX_PARAMETERS_VALUES", default_value_t = 10_000)]
+    pub max_parameters_values: usize,
+
+    /// Deepest nesting of objects and arrays in Claim parameters.
+    #[arg(long, env = "OPREG_MAX_PARAMETERS_DEPTH", default_value_t = 20)]
+    pub max_parameters_depth: usize,
 
     /// Default retry budget: executions allowed per operation.
     #[arg(long, env = "OPREG_RETRY_MAX_ATTEMPTS", default_value_t = 5)]
@@ -215,6 +227,11 @@ impl Config {
     pub fn request_limits(&self) -> Result<RequestLimits, String> {
         Ok(RequestLimits {
             lease: self.lease_bounds(),
+            parameters: ParameterLimits {
+                max_bytes: self.max_parameters_bytes,
+                max_values: self.max_parameters_values,
+                max_depth: self.max_parameters_depth,
+            },
             max_result_bytes: self.max_result_bytes,
             default_retry_policy: self
                 .default_retry_policy()

@@ -21,6 +21,15 @@ impl FieldViolation {
 pub enum RegistryError {
     #[error("invalid argument: {}", .0.iter().map(|v| format!("{}: {}", v.field, v.description)).collect::<Vec<_>>().join("; "))]
     InvalidArgument(Vec<FieldViolation>),
+    /// Bytes that are not a valid request message (bad UTF-8, truncated,
+    /// malformed, nested past the decoder's limit); `field` when it is known.
+    #[error("the request is not a valid message: {description}")]
+    Malformed {
+        field: Option<String>,
+        description: String,
+    },
+    #[error("the request message is larger than the {limit} bytes this method accepts")]
+    MessageTooLarge { limit: usize },
     #[error("the operation key is registered with different parameters")]
     ParameterConflict {
         stored_digest: Vec<u8>,

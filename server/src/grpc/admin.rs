@@ -20,7 +20,8 @@ impl AdminService {
     }
 
     pub fn into_server(self) -> OperationAdminServer<Self> {
-        OperationAdminServer::new(self)
+        let decode_limit = super::message_limits(&self.limits).largest();
+        OperationAdminServer::new(self).max_decoding_message_size(decode_limit)
     }
 }
 

@@ -2,6 +2,7 @@
 //! registry, and map its one error type to statuses.
 
 mod admin;
+mod edge;
 mod requests;
 mod responses;
 mod status;
@@ -15,7 +16,8 @@ use crate::registry::Registry;
 use crate::telemetry::metrics;
 
 pub use admin::AdminService;
-pub use requests::RequestLimits;
+pub use edge::{EdgeLayer, MessageLimits};
+pub use requests::{ParameterLimits, RequestLimits};
 
 /// `opreg.v1.OperationRegistry` over a [`Registry`].
 #[derive(Clone, Debug)]
@@ -29,13 +31,34 @@ impl RegistryService {
         Self { registry, limits }
     }
 
-    /// The tonic service, with a decode limit of at least twice the result
-    /// limit so an oversized result is refused as INVALID_ARGUMENT, not by the transport.
+    /// The tonic service; its decoder's limit is only a fallback behind the
+    /// per-method limits of [`message_limits`].
     pub fn into_server(self) -> OperationRegistryServer<Self> {
-        let decode_limit =
-            (self.limits.max_result_bytes.saturating_mul(2)).max(4 << 20) + (64 << 10);
+        let decode_limit = message_limits(&self.limits).largest();
         OperationRegistryServer::new(self).max_decoding_message_size(decode_limit)
     }
+}
+
+/// Room a message needs besides its payload: keys, texts, framing.
+const ENVELOPE_BYTES: usize = 64 << 10;
+
+/// The largest request each method accepts. Methods that carry a result or a
+/// fenced value get room for one over the result limit, so an oversized result
+/// is refused as INVALID_ARGUMENT naming the field; Claim gets room for the
+/// parameter limit in Struct encoding (up to about 8 bytes per canonical byte,
+/// for arrays of numbers); everything else is small.
+pub fn message_limits(limits: &RequestLimits) -> MessageLimits {
+    const REGISTRY: &str = "opreg.v1.OperationRegistry";
+    let with_result = limits.max_result_bytes.saturating_mul(2) + ENVELOPE_BYTES;
+    let claim = limits.parameters.max_bytes.saturating_mul(8) + ENVELOPE_BYTES;
+    MessageLimits::new(4 * ENVELOPE_BYTES)
+        .with(REGISTRY, &["Complete", "FencedWrite"], with_result)
+        .with(
+            "opreg.v1.OperationAdmin",
+            &["ResolveOperation"],
+            with_result,
+        )
+        .with(REGISTRY, &["Claim"], claim)
 }
 
 fn reply<T, U>(

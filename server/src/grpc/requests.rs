@@ -13,7 +13,7 @@ use crate::domain::complete::Report;
 use crate::domain::error::{FieldViolation, RegistryError, Result};
 use crate::domain::ids::{FencingToken, Namespace, OperationKey};
 use crate::domain::operation::Status;
-use crate::domain::parameters::{CALLER_DIGEST_LEN, Fingerprint};
+use crate::domain::parameters::{CALLER_DIGEST_LEN, Fingerprint, Shape};
 use crate::domain::policy::{LeaseBounds, RetryPolicy};
 use crate::domain::text::{
     KEY_MAX_BYTES, LABEL_MAX_BYTES, MESSAGE_MAX_BYTES, check_identifier, check_required_text,
@@ -24,9 +24,61 @@ use crate::domain::text::{
 #[derive(Clone, Copy, Debug)]
 pub struct RequestLimits {
     pub lease: LeaseBounds,
+    pub parameters: ParameterLimits,
     /// Bytes of `result` plus `result_ref` (and of a fenced write's value).
     pub max_result_bytes: usize,
     pub default_retry_policy: RetryPolicy,
+}
+
+/// How large a Claim's parameters may be: checked on the decoded Struct before
+/// canonicalising (values, depth), then on the canonical text (bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParameterLimits {
+    pub max_bytes: usize,
+    pub max_values: usize,
+    pub max_depth: usize,
+}
+
+impl ParameterLimits {
+    fn check_shape(
+        &self,
+        parameters: &prost_types::Struct,
+    ) -> std::result::Result<(), FieldViolation> {
+        let shape = Shape::of(parameters);
+        if shape.values > self.max_values {
+            return Err(FieldViolation::new(
+                "parameters",
+                format!(
+                    "must hold at most {} values, got {}",
+                    self.max_values, shape.values
+                ),
+            ));
+        }
+        if shape.depth > self.max_depth {
+            return Err(FieldViolation::new(
+                "parameters",
+                format!(
+                    "must nest at most {} levels, got {}",
+                    self.max_depth, shape.depth
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_size(&self, fingerprint: &Fingerprint) -> std::result::Result<(), FieldViolation> {
+        let bytes = fingerprint.canonical.as_ref().map_or(0, String::len);
+        if bytes > self.max_bytes {
+            return Err(FieldViolation::new(
+                "parameters",
+                format!(
+                    "must be at most {} bytes as canonical JSON, got {bytes}",
+                    self.max_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Collects every violation of a request, so one answer names them all.
@@ -123,7 +175,7 @@ pub fn claim(request: pb::ClaimRequest, limits: &RequestLimits) -> Result<ClaimC
             "must name another operation",
         )));
     }
-    let fingerprint = checks.value(fingerprint(request.fingerprint));
+    let fingerprint = checks.value(fingerprint(request.fingerprint, &limits.parameters));
     let retry_policy = match request.retry_policy {
         None => Some(limits.default_retry_policy),
         Some(policy) => checks.value(retry_policy(policy)),
@@ -481,6 +533,7 @@ fn bare_action(
 
 fn fingerprint(
     fingerprint: Option<pb::claim_request::Fingerprint>,
+    limits: &ParameterLimits,
 ) -> std::result::Result<Fingerprint, FieldViolation> {
     use pb::claim_request::Fingerprint as Given;
     match fingerprint {
@@ -488,8 +541,13 @@ fn fingerprint(
             "parameters",
             "either parameters or parameters_digest is required",
         )),
-        Some(Given::Parameters(parameters)) => Fingerprint::from_struct(&parameters)
-            .map_err(|error| FieldViolation::new("parameters", error.to_string())),
+        Some(Given::Parameters(parameters)) => {
+            limits.check_shape(&parameters)?;
+            let fingerprint = Fingerprint::from_struct(&parameters)
+                .map_err(|error| FieldViolation::new("parameters", error.to_string()))?;
+            limits.check_size(&fingerprint)?;
+            Ok(fingerprint)
+        }
         Some(Given::ParametersDigest(digest)) if CALLER_DIGEST_LEN.contains(&digest.len()) => {
             Ok(Fingerprint::from_caller_digest(digest))
         }

@@ -13,7 +13,13 @@ pub const ERROR_DOMAIN: &str = "opreg";
 pub fn to_status(error: &RegistryError) -> Status {
     let mut metadata = HashMap::new();
     let (code, reason) = match error {
-        RegistryError::InvalidArgument(_) => (Code::InvalidArgument, "INVALID_ARGUMENT"),
+        RegistryError::InvalidArgument(_) | RegistryError::Malformed { .. } => {
+            (Code::InvalidArgument, "INVALID_ARGUMENT")
+        }
+        RegistryError::MessageTooLarge { limit } => {
+            metadata.insert("limit".into(), limit.to_string());
+            (Code::ResourceExhausted, "MESSAGE_TOO_LARGE")
+        }
         RegistryError::ParameterConflict {
             stored_digest,
             request_digest,
@@ -65,10 +71,19 @@ pub fn to_status(error: &RegistryError) -> Status {
     };
     let mut details = ErrorDetails::new();
     details.set_error_info(reason, ERROR_DOMAIN, metadata);
-    if let RegistryError::InvalidArgument(violations) = error {
-        for violation in violations {
-            details.add_bad_request_violation(violation.field, &violation.description);
+    match error {
+        RegistryError::InvalidArgument(violations) => {
+            for violation in violations {
+                details.add_bad_request_violation(violation.field, &violation.description);
+            }
         }
+        RegistryError::Malformed {
+            field: Some(field),
+            description,
+        } => {
+            details.add_bad_request_violation(field.as_str(), description.as_str());
+        }
+        _ => {}
     }
     Status::with_error_details(code, error.to_string(), details)
 }

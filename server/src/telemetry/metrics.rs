@@ -37,6 +37,7 @@ pub const MAINTENANCE_EXHAUSTED: &str = "opreg_maintenance_exhausted_total";
 pub const RETENTION_LAG: &str = "opreg_retention_lag_seconds";
 pub const MAINTENANCE_LEADER: &str = "opreg_maintenance_leader";
 pub const MAINTENANCE_LAST_RUN: &str = "opreg_maintenance_last_run_timestamp_seconds";
+pub const MALFORMED_REQUESTS: &str = "opreg_malformed_requests_total";
 pub const STORE_UP: &str = "opreg_store_up";
 pub const GRPC_STARTED: &str = "grpc_server_started_total";
 pub const GRPC_HANDLED: &str = "grpc_server_handled_total";
@@ -201,6 +202,11 @@ fn describe() {
         MAINTENANCE_LEADER,
         Unit::Count,
         "1 on the replica that runs the maintenance, else 0."
+    );
+    describe_counter!(
+        MALFORMED_REQUESTS,
+        Unit::Count,
+        "Requests refused before decoding, by reason (malformed, truncated, too_large); answered INVALID_ARGUMENT or RESOURCE_EXHAUSTED, never as server errors."
     );
     describe_gauge!(
         MAINTENANCE_LAST_RUN,
@@ -405,6 +411,11 @@ pub fn maintenance_exhausted(namespace: &str) {
 
 pub fn retention_lag(namespace: &str, seconds: f64) {
     gauge!(RETENTION_LAG, "namespace" => namespace_label(namespace)).set(seconds);
+}
+
+/// A request refused at the edge; its namespace is unknown (it was never decoded).
+pub fn malformed_request(reason: &'static str) {
+    counter!(MALFORMED_REQUESTS, "reason" => reason).increment(1);
 }
 
 pub fn maintenance_leader(leader: bool) {

@@ -1,0 +1,362 @@
+//! The edge before decoding: every request message is bounded by its method's
+//! limit, read from the gRPC frame header before the message is buffered, and
+//! tonic's own refusals of bytes it cannot decode (bad UTF-8, truncated or
+//! malformed messages, nesting past the decoder's limit, its size limit) are
+//! turned into the contract's statuses with one `ErrorInfo`, instead of INTERNAL.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
+use http_body::{Body, Frame};
+use tower::{Layer, Service};
+
+use super::status::to_status;
+use crate::domain::error::RegistryError;
+use crate::telemetry::metrics;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The largest request message each method accepts, by gRPC path.
+#[derive(Clone, Debug)]
+pub struct MessageLimits {
+    by_path: HashMap<String, usize>,
+    default: usize,
+}
+
+impl MessageLimits {
+    pub fn new(default: usize) -> Self {
+        Self {
+            by_path: HashMap::new(),
+            default,
+        }
+    }
+
+    /// `service` and `methods` as in the gRPC path `/{service}/{method}`.
+    pub fn with(mut self, service: &str, methods: &[&str], limit: usize) -> Self {
+        for method in methods {
+            self.by_path.insert(format!("/{service}/{method}"), limit);
+        }
+        self
+    }
+
+    pub fn for_path(&self, path: &str) -> usize {
+        self.by_path.get(path).copied().unwrap_or(self.default)
+    }
+
+    /// The largest of all limits: the decoder's own bound, a fallback.
+    pub fn largest(&self) -> usize {
+        self.by_path
+            .values()
+            .copied()
+            .fold(self.default, usize::max)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct EdgeLayer {
+    limits: Arc<MessageLimits>,
+}
+
+impl EdgeLayer {
+    pub fn new(limits: MessageLimits) -> Self {
+        Self {
+            limits: Arc::new(limits),
+        }
+    }
+}
+
+impl<S> Layer<S> for EdgeLayer {
+    type Service = Edge<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Edge {
+            inner,
+            limits: Arc::clone(&self.limits),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Edge<S> {
+    inner: S,
+    limits: Arc<MessageLimits>,
+}
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Edge<S>
+where
+    S: Service<http::Request<tonic::body::Body>, Response = http::Response<ResBody>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqBody: Body<Data = Bytes> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: Send + 'static,
+{
+    type Response = http::Response<ResBody>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        let limit = self.limits.for_path(request.uri().path());
+        let request = request.map(|body| tonic::body::Body::new(BoundedMessages::new(body, limit)));
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let mut response = response.await?;
+            refine_decoder_refusal(response.headers_mut());
+            Ok(response)
+        })
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request body that fails, as soon as a gRPC frame header announces a
+    /// message over `limit`, with RESOURCE_EXHAUSTED / MESSAGE_TOO_LARGE; the
+    /// message itself is never buffered.
+    struct BoundedMessages<B> {
+        #[pin]
+        inner: B,
+        limit: usize,
+        header: [u8; 5],
+        header_read: usize,
+        message_left: usize,
+    }
+}
+
+impl<B> BoundedMessages<B> {
+    fn new(inner: B, limit: usize) -> Self {
+        Self {
+            inner,
+            limit,
+            header: [0; 5],
+            header_read: 0,
+            message_left: 0,
+        }
+    }
+}
+
+impl<B> Body for BoundedMessages<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let mut this = self.project();
+        let frame = match this.inner.as_mut().poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            Poll::Ready(Some(Err(error))) => return Poll::Ready(Some(Err(error.into()))),
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => return Poll::Pending,
+        };
+        if let Some(data) = frame.data_ref() {
+            let mut rest = data.clone();
+            while rest.has_remaining() {
+                if *this.message_left > 0 {
+                    let skipped = rest.remaining().min(*this.message_left);
+                    rest.advance(skipped);
+                    *this.message_left -= skipped;
+                    continue;
+                }
+                this.header[*this.header_read] = rest.get_u8();
+                *this.header_read += 1;
+                if *this.header_read == this.header.len() {
+                    *this.header_read = 0;
+                    let length = u32::from_be_bytes([
+                        this.header[1],
+                        this.header[2],
+                        this.header[3],
+                        this.header[4],
+                    ]) as usize;
+                    if length > *this.limit {
+                        metrics::malformed_request("too_large");
+                        tracing::debug!(length, limit = *this.limit, "request message too large");
+                        let refusal =
+                            to_status(&RegistryError::MessageTooLarge { limit: *this.limit });
+                        return Poll::Ready(Some(Err(Box::new(refusal))));
+                    }
+                    *this.message_left = length;
+                }
+            }
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Rewrites a trailers-only refusal that tonic's decoder produced (it answers
+/// INTERNAL or OUT_OF_RANGE, without details) as the contract's status.
+fn refine_decoder_refusal(headers: &mut http::HeaderMap) {
+    let Some(code) = headers
+        .get("grpc-status")
+        .map(|code| code.as_bytes().to_vec())
+    else {
+        return;
+    };
+    let message = headers
+        .get("grpc-message")
+        .map(|message| percent_decoded(message.as_bytes()))
+        .unwrap_or_default();
+    let Some(error) = decoder_refusal(&code, &message) else {
+        return;
+    };
+    tracing::debug!(%message, "undecodable request");
+    for name in ["grpc-status", "grpc-message", "grpc-status-details-bin"] {
+        headers.remove(name);
+    }
+    if to_status(&error).add_header(headers).is_err() {
+        tracing::warn!("could not encode a refusal of an undecodable request");
+    }
+}
+
+/// What a tonic decoder status means in the contract, if it is one.
+fn decoder_refusal(code: &[u8], message: &str) -> Option<RegistryError> {
+    const PROTOBUF: &str = "failed to decode Protobuf message: ";
+    const TOO_LARGE: &str = "Error, decoded message length too large: found ";
+    match code {
+        b"13" if message.starts_with(PROTOBUF) => {
+            metrics::malformed_request("malformed");
+            let detail = &message[PROTOBUF.len()..];
+            // The stack repeats `Message.field: ` per level; the cause follows.
+            let mut cause = detail;
+            while let Some((segment, rest)) = cause.split_once(": ")
+                && segment.contains('.')
+                && !segment.contains(' ')
+            {
+                cause = rest;
+            }
+            Some(RegistryError::Malformed {
+                field: offending_field(detail),
+                description: cause.to_owned(),
+            })
+        }
+        b"13" if message.starts_with("Unexpected EOF decoding stream") => {
+            metrics::malformed_request("truncated");
+            Some(RegistryError::Malformed {
+                field: None,
+                description: "the request message is truncated".into(),
+            })
+        }
+        b"11" if message.starts_with(TOO_LARGE) => {
+            metrics::malformed_request("too_large");
+            let limit = message
+                .rsplit("the limit is: ")
+                .next()
+                .and_then(|rest| rest.trim_end_matches(" bytes").parse().ok())
+                .unwrap_or_default();
+            Some(RegistryError::MessageTooLarge { limit })
+        }
+        _ => None,
+    }
+}
+
+/// The request field a prost decode error names: its stack is written
+/// `Message.field: ` per level, innermost first, so the request's own field
+/// is the one of the last `…Request.` entry.
+fn offending_field(detail: &str) -> Option<String> {
+    let field = detail
+        .split(": ")
+        .filter_map(|segment| segment.split_once('.'))
+        .filter(|(message, field)| {
+            message.ends_with("Request") && !field.is_empty() && !field.contains(' ')
+        })
+        .map(|(_, field)| field)
+        .last()?;
+    // prost names a oneof by the oneof; the contract names its fields.
+    Some(match field {
+        "fingerprint" if detail.contains("Struct.") => "parameters".to_owned(),
+        "fingerprint" => "parameters_digest".to_owned(),
+        other => other.to_owned(),
+    })
+}
+
+/// `grpc-message` is percent-encoded (RFC 3986 style) on the wire.
+fn percent_decoded(bytes: &[u8]) -> String {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(high), Some(low)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push((high * 16 + low) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_field_is_read_from_the_decode_stack() {
+        assert_eq!(
+            offending_field(
+                "ClaimRequest.operation_key: invalid string value: data is not UTF-8 encoded"
+            ),
+            Some("operation_key".into())
+        );
+        assert_eq!(
+            offending_field(
+                "Value.kind: Struct.fields: ClaimRequest.parameters: recursion limit reached"
+            ),
+            Some("parameters".into())
+        );
+        assert_eq!(offending_field("buffer underflow"), None);
+    }
+
+    #[test]
+    fn only_decoder_refusals_are_rewritten() {
+        assert!(matches!(
+            decoder_refusal(b"13", "failed to decode Protobuf message: ClaimRequest.owner: invalid wire type"),
+            Some(RegistryError::Malformed { field: Some(field), .. }) if field == "owner"
+        ));
+        assert!(matches!(
+            decoder_refusal(
+                b"11",
+                "Error, decoded message length too large: found 9 bytes, the limit is: 4 bytes"
+            ),
+            Some(RegistryError::MessageTooLarge { limit: 4 })
+        ));
+        assert!(decoder_refusal(b"13", "internal error").is_none());
+        assert!(decoder_refusal(b"3", "failed to decode Protobuf message: x").is_none());
+    }
+
+    #[test]
+    fn grpc_messages_are_percent_decoded() {
+        assert_eq!(percent_decoded(b"a%20b%25c"), "a b%c");
+        assert_eq!(percent_decoded(b"trailing%2"), "trailing%2");
+    }
+
+    #[test]
+    fn limits_fall_back_to_the_default() {
+        let limits = MessageLimits::new(10).with("opreg.v1.OperationRegistry", &["Complete"], 99);
+        assert_eq!(limits.for_path("/opreg.v1.OperationRegistry/Complete"), 99);
+        assert_eq!(limits.for_path("/opreg.v1.OperationRegistry/Claim"), 10);
+        assert_eq!(limits.largest(), 99);
+    }
+}
