@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -16,8 +17,9 @@ use crate::config::Config;
 use crate::grpc::{AdminService, EdgeLayer, MessageLimits, RegistryService};
 use crate::maintenance;
 use crate::registry::{MaintenanceSettings, Registry};
-use crate::telemetry::gauges::{self, refresh_forever};
+use crate::store::StoreHealth;
 use crate::telemetry::grpc_layer::GrpcTelemetryLayer;
+use crate::telemetry::{gauges, health};
 use crate::telemetry::{metrics, metrics_http};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -35,6 +37,8 @@ pub struct Application {
     maintenance: MaintenanceSettings,
     pool: PgPool,
     gauge_refresh_interval: Duration,
+    health_probe_interval: Duration,
+    store_health: Arc<StoreHealth>,
     shutdown_delay: Duration,
 }
 
@@ -50,7 +54,8 @@ impl Application {
                 "retention is shorter than the retry deadline: a key purged while it may still be retried registers again as a new operation"
             );
         }
-        let registry = Registry::new(pool.clone(), config.retry_caps());
+        let store_health = Arc::new(StoreHealth::default());
+        let registry = Registry::new(pool.clone(), Arc::clone(&store_health), config.retry_caps());
         Ok(Self {
             grpc_listener: bind(config.listen_addr, "gRPC (OPREG_LISTEN_ADDR)").await?,
             metrics_listener: bind(config.metrics_addr, "metrics (OPREG_METRICS_ADDR)").await?,
@@ -62,6 +67,8 @@ impl Application {
             maintenance: config.maintenance_settings(),
             pool,
             gauge_refresh_interval: config.gauge_refresh_interval,
+            health_probe_interval: config.health_probe_interval,
+            store_health,
             shutdown_delay: config.shutdown_delay,
         })
     }
@@ -79,18 +86,25 @@ impl Application {
     /// in-flight ones; the caller bounds that wait.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), BoxError> {
         let (health, health_service) = tonic_health::server::health_reporter();
-        gauges::set_health(&health, false).await;
+        health::set_health(&health, false).await;
         health
             .set_service_status(
-                gauges::LIVENESS_SERVICE,
+                health::LIVENESS_SERVICE,
                 tonic_health::ServingStatus::Serving,
             )
             .await;
-        let refresher = tokio::spawn(refresh_forever(
-            self.pool.clone(),
+        let options = (*self.pool.connect_options()).clone();
+        let prober = tokio::spawn(health::probe_forever(
+            options.clone(),
             health.clone(),
-            self.gauge_refresh_interval,
+            self.store_health,
+            self.health_probe_interval,
         ));
+        let _refresher = AbortOnDrop(tokio::spawn(gauges::refresh_forever(
+            options,
+            self.pool.clone(),
+            self.gauge_refresh_interval,
+        )));
         let maintainer = AbortOnDrop(tokio::spawn(maintenance::run_forever(
             self.pool.clone(),
             self.registry,
@@ -111,7 +125,7 @@ impl Application {
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1alpha()?;
 
-        let draining = drain_after(shutdown, refresher, health, self.shutdown_delay, stop);
+        let draining = drain_after(shutdown, prober, health, self.shutdown_delay, stop);
         tonic::transport::Server::builder()
             .tcp_nodelay(true)
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
@@ -151,16 +165,16 @@ async fn bind(address: SocketAddr, purpose: &str) -> Result<TcpListener, BoxErro
 /// NOT_SERVING for `delay` so load balancers stop routing here first.
 async fn drain_after(
     shutdown: impl Future<Output = ()>,
-    refresher: tokio::task::JoinHandle<()>,
+    prober: tokio::task::JoinHandle<()>,
     health: HealthReporter,
     delay: Duration,
     stop: watch::Sender<bool>,
 ) {
     shutdown.await;
-    refresher.abort();
-    // A refresh already running could otherwise report SERVING after this.
-    let _ = refresher.await;
-    gauges::set_health(&health, false).await;
+    prober.abort();
+    // A probe already running could otherwise report SERVING after this.
+    let _ = prober.await;
+    health::set_health(&health, false).await;
     tokio::time::sleep(delay).await;
     let _ = stop.send(true);
 }

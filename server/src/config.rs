@@ -51,12 +51,20 @@ pub struct Config {
     pub pool_max_connections: u32,
 
     /// How long a request may wait for a database connection before UNAVAILABLE.
-    #[arg(long, env = "OPREG_POOL_ACQUIRE_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "OPREG_POOL_ACQUIRE_TIMEOUT", default_value = "1s", value_parser = humantime::parse_duration)]
     pub pool_acquire_timeout: Duration,
 
     /// Upper bound on one SQL statement, lock waits included.
-    #[arg(long, env = "OPREG_STATEMENT_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "OPREG_STATEMENT_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     pub statement_timeout: Duration,
+
+    /// Upper bound on one wait for a row lock; past it the caller is told OPERATION_BUSY.
+    #[arg(long, env = "OPREG_LOCK_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub lock_timeout: Duration,
+
+    /// How often the health probe checks the database on its own connection.
+    #[arg(long, env = "OPREG_HEALTH_PROBE_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub health_probe_interval: Duration,
 
     /// Lease length when a request gives none.
     #[arg(long, env = "OPREG_LEASE_TTL_DEFAULT", default_value = "30s", value_parser = humantime::parse_duration)]
@@ -190,8 +198,8 @@ impl Config {
                     .into(),
             );
         }
-        if self.gauge_refresh_interval.is_zero() {
-            return Err("the gauge refresh interval must be positive".into());
+        if self.gauge_refresh_interval.is_zero() || self.health_probe_interval.is_zero() {
+            return Err("the gauge refresh and health probe intervals must be positive".into());
         }
         if self.pool_max_connections == 0 {
             return Err("the pool needs at least one connection".into());
@@ -291,6 +299,7 @@ impl Config {
             max_connections: self.pool_max_connections,
             acquire_timeout: self.pool_acquire_timeout,
             statement_timeout: self.statement_timeout,
+            lock_timeout: self.lock_timeout,
         }
     }
 

@@ -61,6 +61,10 @@ pub enum RegistryError {
     ResourceNotFound,
     #[error("the store is unavailable; retry with backoff")]
     StoreUnavailable,
+    #[error("the operation is locked by another transaction; retry shortly")]
+    OperationBusy,
+    #[error("the caller's deadline passed before the call finished")]
+    DeadlineExceeded,
     #[error("internal error")]
     Internal,
 }

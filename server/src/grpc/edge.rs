@@ -1,8 +1,10 @@
 //! The edge before decoding: every request message is bounded by its method's
-//! limit, read from the gRPC frame header before the message is buffered, and
+//! limit, read from the gRPC frame header before the message is buffered;
 //! tonic's own refusals of bytes it cannot decode (bad UTF-8, truncated or
 //! malformed messages, nesting past the decoder's limit, its size limit) are
-//! turned into the contract's statuses with one `ErrorInfo`, instead of INTERNAL.
+//! turned into the contract's statuses with one `ErrorInfo`, instead of
+//! INTERNAL; and the caller's `grpc-timeout` stops the work when it passes,
+//! answered DEADLINE_EXCEEDED (tonic's own timer would say CANCELLED).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -93,7 +95,7 @@ where
     S::Error: Send + 'static,
     ReqBody: Body<Data = Bytes> + Send + 'static,
     ReqBody::Error: Into<BoxError>,
-    ResBody: Send + 'static,
+    ResBody: Default + Send + 'static,
 {
     type Response = http::Response<ResBody>;
     type Error = S::Error;
@@ -105,10 +107,28 @@ where
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
         let limit = self.limits.for_path(request.uri().path());
+        let deadline = request
+            .headers()
+            .get("grpc-timeout")
+            .and_then(|value| grpc_timeout(value.as_bytes()));
         let request = request.map(|body| tonic::body::Body::new(BoundedMessages::new(body, limit)));
         let response = self.inner.call(request);
         Box::pin(async move {
-            let mut response = response.await?;
+            let answered = match deadline {
+                // Ahead of tonic's timer for the same header, which answers CANCELLED.
+                Some(within) => {
+                    tokio::time::timeout(within.saturating_sub(DEADLINE_MARGIN), response).await
+                }
+                None => Ok(response.await),
+            };
+            let Ok(response) = answered else {
+                tracing::debug!(
+                    ?deadline,
+                    "the caller's deadline passed; the call was stopped"
+                );
+                return Ok(to_status(&RegistryError::DeadlineExceeded).into_http());
+            };
+            let mut response = response?;
             refine_decoder_refusal(response.headers_mut());
             Ok(response)
         })
@@ -200,6 +220,29 @@ where
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// How much earlier than the caller's deadline the work is stopped, so this
+/// answer (DEADLINE_EXCEEDED) is sent before tonic's own timer fires.
+const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// A `grpc-timeout` header: at most eight digits and a unit (H, M, S, m, u, n).
+fn grpc_timeout(value: &[u8]) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    let (&unit, digits) = value.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let amount: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(match unit {
+        b'H' => Duration::from_secs(amount * 3_600),
+        b'M' => Duration::from_secs(amount * 60),
+        b'S' => Duration::from_secs(amount),
+        b'm' => Duration::from_millis(amount),
+        b'u' => Duration::from_micros(amount),
+        b'n' => Duration::from_nanos(amount),
+        _ => return None,
+    })
 }
 
 /// Rewrites a trailers-only refusal that tonic's decoder produced (it answers
@@ -344,6 +387,18 @@ mod tests {
         ));
         assert!(decoder_refusal(b"13", "internal error").is_none());
         assert!(decoder_refusal(b"3", "failed to decode Protobuf message: x").is_none());
+    }
+
+    #[test]
+    fn grpc_timeouts_parse_every_unit_and_refuse_the_rest() {
+        use std::time::Duration;
+        assert_eq!(grpc_timeout(b"3S"), Some(Duration::from_secs(3)));
+        assert_eq!(grpc_timeout(b"250m"), Some(Duration::from_millis(250)));
+        assert_eq!(grpc_timeout(b"1H"), Some(Duration::from_secs(3_600)));
+        assert_eq!(grpc_timeout(b"7n"), Some(Duration::from_nanos(7)));
+        assert_eq!(grpc_timeout(b"123456789S"), None);
+        assert_eq!(grpc_timeout(b"S"), None);
+        assert_eq!(grpc_timeout(b"5x"), None);
     }
 
     #[test]

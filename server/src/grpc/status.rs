@@ -67,10 +67,15 @@ pub fn to_status(error: &RegistryError) -> Status {
         RegistryError::OperationNotFound => (Code::NotFound, "OPERATION_NOT_FOUND"),
         RegistryError::ResourceNotFound => (Code::NotFound, "RESOURCE_NOT_FOUND"),
         RegistryError::StoreUnavailable => (Code::Unavailable, "STORE_UNAVAILABLE"),
+        RegistryError::OperationBusy => (Code::Unavailable, "OPERATION_BUSY"),
+        RegistryError::DeadlineExceeded => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
         RegistryError::Internal => (Code::Internal, "INTERNAL"),
     };
     let mut details = ErrorDetails::new();
     details.set_error_info(reason, ERROR_DOMAIN, metadata);
+    if let Some(delay) = retry_delay(error) {
+        details.set_retry_info(Some(delay));
+    }
     match error {
         RegistryError::InvalidArgument(violations) => {
             for violation in violations {
@@ -86,6 +91,15 @@ pub fn to_status(error: &RegistryError) -> Status {
         _ => {}
     }
     Status::with_error_details(code, error.to_string(), details)
+}
+
+/// How long a caller should wait before retrying an UNAVAILABLE answer.
+fn retry_delay(error: &RegistryError) -> Option<std::time::Duration> {
+    match error {
+        RegistryError::StoreUnavailable => Some(std::time::Duration::from_secs(1)),
+        RegistryError::OperationBusy => Some(std::time::Duration::from_millis(200)),
+        _ => None,
+    }
 }
 
 /// Status details travel in a header: at most this many bytes of field names.
@@ -137,6 +151,7 @@ mod tests {
     fn store_failures_say_nothing_about_the_database() {
         let status = to_status(&RegistryError::StoreUnavailable);
         assert_eq!(status.code(), Code::Unavailable);
+        assert!(status.get_error_details().retry_info().is_some());
         assert!(!status.message().to_lowercase().contains("sql"));
     }
 }

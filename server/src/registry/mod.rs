@@ -16,9 +16,10 @@ use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 
 use crate::domain::claim::ClaimOutcome;
-use crate::domain::error::Result;
+use crate::domain::error::{RegistryError, Result};
 use crate::domain::operation::{Lease, Operation};
 use crate::domain::policy::PerNamespace;
+use crate::store::StoreHealth;
 use crate::telemetry::metrics;
 
 pub use claim::ClaimAnswer;
@@ -30,22 +31,32 @@ pub use read::{LookupAnswer, QueuePage};
 #[derive(Clone, Debug)]
 pub struct Registry {
     pool: PgPool,
+    store: Arc<StoreHealth>,
     /// Most retry, takeover and reconcile leases live at once per namespace,
     /// as ClaimDue hands them out; `None` for no cap.
     retry_caps: Arc<PerNamespace<Option<u32>>>,
 }
 
 impl Registry {
-    pub fn new(pool: PgPool, retry_caps: PerNamespace<Option<u32>>) -> Self {
+    pub fn new(
+        pool: PgPool,
+        store: Arc<StoreHealth>,
+        retry_caps: PerNamespace<Option<u32>>,
+    ) -> Self {
         Self {
             pool,
+            store,
             retry_caps: Arc::new(retry_caps),
         }
     }
 
     /// One connection for one use case, counted while it waits for the pool
-    /// (also when the call is cancelled while waiting).
+    /// (also when the call is cancelled while waiting). While the health probe
+    /// finds the store down, refused at once rather than queued for the pool.
     async fn connection(&self) -> Result<PoolConnection<Postgres>> {
+        if !self.store.is_up() {
+            return Err(RegistryError::StoreUnavailable);
+        }
         let _waiting = metrics::PoolWaiter::start();
         Ok(self.pool.acquire().await?)
     }

@@ -11,12 +11,25 @@ const UNAVAILABLE_STATES: &[&str] = &[
     "53",    // insufficient resources
     "57",    // operator intervention: shutdown, statement timeout, cancel
     "40001", // serialization failure
+];
+
+/// SQLSTATEs that mean "this operation's row is busy": another transaction
+/// holds it longer than the lock timeout, or the wait deadlocked.
+const BUSY_STATES: &[&str] = &[
+    "55P03", // lock not available (lock_timeout)
     "40P01", // deadlock detected
-    "55P03", // lock not available
 ];
 
 impl From<sqlx::Error> for RegistryError {
     fn from(error: sqlx::Error) -> Self {
+        if let sqlx::Error::Database(db) = &error
+            && db
+                .code()
+                .is_some_and(|code| BUSY_STATES.contains(&code.as_ref()))
+        {
+            tracing::info!(error = %error, "operation busy");
+            return RegistryError::OperationBusy;
+        }
         let unavailable = match &error {
             sqlx::Error::Database(db) => db.code().is_some_and(|code| {
                 UNAVAILABLE_STATES

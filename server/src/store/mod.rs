@@ -22,11 +22,85 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 #[derive(Clone, Debug)]
 pub struct PoolSettings {
     pub max_connections: u32,
-    /// How long a request may queue for a connection; it must cover the
-    /// queueing of a many-way race on one key.
+    /// How long a request may queue for a connection before UNAVAILABLE.
     pub acquire_timeout: Duration,
     /// Upper bound on any one statement, lock waits included.
     pub statement_timeout: Duration,
+    /// Upper bound on one wait for a row lock: a locked row answers its own
+    /// callers OPERATION_BUSY soon, instead of holding their connections.
+    pub lock_timeout: Duration,
+}
+
+/// Whether the store answers, as the health probe last found it. While it
+/// does not, calls are refused at once instead of queueing for the pool.
+#[derive(Debug)]
+pub struct StoreHealth {
+    up: std::sync::atomic::AtomicBool,
+}
+
+impl Default for StoreHealth {
+    fn default() -> Self {
+        Self {
+            up: std::sync::atomic::AtomicBool::new(true),
+        }
+    }
+}
+
+impl StoreHealth {
+    pub fn is_up(&self) -> bool {
+        self.up.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn set(&self, up: bool) {
+        self.up.store(up, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A connection of its own for a background task (health, gauges), outside
+/// the pool, so a busy pool cannot starve it; reopened after a failure.
+#[derive(Debug)]
+pub struct Dedicated {
+    options: PgConnectOptions,
+    connection: Option<sqlx::PgConnection>,
+}
+
+impl Dedicated {
+    pub fn new(options: PgConnectOptions) -> Self {
+        Self {
+            options,
+            connection: None,
+        }
+    }
+
+    /// The connection, opened within `timeout` if it is not open.
+    pub async fn get(&mut self, timeout: Duration) -> Option<&mut sqlx::PgConnection> {
+        use sqlx::Connection;
+        if self.connection.is_none() {
+            let opened =
+                tokio::time::timeout(timeout, sqlx::PgConnection::connect_with(&self.options))
+                    .await;
+            match opened {
+                Ok(Ok(connection)) => self.connection = Some(connection),
+                Ok(Err(error)) => tracing::debug!(%error, "cannot open a dedicated connection"),
+                Err(_) => tracing::debug!("opening a dedicated connection timed out"),
+            }
+        }
+        self.connection.as_mut()
+    }
+
+    /// Drops the connection after it failed; the next `get` opens another.
+    pub fn reset(&mut self) {
+        self.connection = None;
+    }
+}
+
+/// One probe of the store on `connection`, bounded by `timeout`.
+pub async fn probe(connection: &mut sqlx::PgConnection, timeout: Duration) -> bool {
+    let _timer = QueryTimer::start("probe");
+    matches!(
+        tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(connection)).await,
+        Ok(Ok(_))
+    )
 }
 
 /// Opens the pool. Every session runs in READ COMMITTED: races are settled by
@@ -36,11 +110,13 @@ pub async fn connect(
     settings: &PoolSettings,
 ) -> Result<PgPool, sqlx::Error> {
     let statement_timeout = format!("{}ms", settings.statement_timeout.as_millis());
+    let lock_timeout = format!("{}ms", settings.lock_timeout.as_millis());
     PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.acquire_timeout)
         .connect_with(options.application_name("opreg").options([
             ("statement_timeout", statement_timeout.as_str()),
+            ("lock_timeout", lock_timeout.as_str()),
             ("default_transaction_isolation", "read committed"),
             // Short statements only: compiling one would cost more than it saves.
             ("jit", "off"),

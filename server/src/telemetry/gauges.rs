@@ -1,59 +1,43 @@
-//! One periodic task reads the backlog with one aggregate query and sets the
-//! database gauges and the health status from it; nothing per request.
+//! One periodic task per replica reads the backlog with one query, on a
+//! connection of its own, and sets the database gauges; nothing per request.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use tonic_health::ServingStatus;
-use tonic_health::server::HealthReporter;
+use sqlx::postgres::PgConnectOptions;
 
 use super::metrics;
+use crate::store::Dedicated;
 use crate::store::operations::{self, BacklogRow};
 
-/// Service names whose health follows the database: the server ("") and the registry.
-pub const HEALTH_SERVICES: [&str; 2] = ["", "opreg.v1.OperationRegistry"];
-
-/// A health entry that is SERVING while the process runs, whatever the
-/// database does: for liveness probes, which must not restart every replica
-/// during a database outage.
-pub const LIVENESS_SERVICE: &str = "liveness";
-
-/// A gauge refresh gives up after this long, so an unreachable database shows
-/// within seconds rather than after the pool's acquire timeout.
+/// A refresh gives up after this long; the gauges then keep their last values.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Refreshes the gauges every `interval` until the task is aborted.
-pub async fn refresh_forever(pool: PgPool, health: HealthReporter, interval: Duration) {
+/// Refreshes the gauges every `interval` until the task is aborted. `pool`
+/// is only observed (its size and idle connections), never used.
+pub async fn refresh_forever(options: PgConnectOptions, pool: PgPool, interval: Duration) {
+    let mut connection = Dedicated::new(options);
     let mut reported = Reported::default();
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let backlog =
-            tokio::time::timeout(interval.min(QUERY_TIMEOUT), operations::backlog(&pool)).await;
-        let up = matches!(backlog, Ok(Ok(_)));
-        match backlog {
+        metrics::pool(pool.size(), pool.num_idle());
+        let Some(open) = connection.get(QUERY_TIMEOUT).await else {
+            continue;
+        };
+        match tokio::time::timeout(QUERY_TIMEOUT, operations::backlog(open)).await {
             Ok(Ok(rows)) => reported.set(&rows),
             Ok(Err(error)) => {
-                tracing::warn!(%error, "cannot read the backlog; reporting NOT_SERVING")
+                tracing::warn!(%error, "cannot read the backlog");
+                connection.reset();
             }
-            Err(_) => tracing::warn!("the backlog query timed out; reporting NOT_SERVING"),
+            Err(_) => {
+                tracing::warn!("the backlog query timed out");
+                connection.reset();
+            }
         }
-        metrics::store_up(up);
-        metrics::pool(pool.size(), pool.num_idle());
-        set_health(&health, up).await;
-    }
-}
-
-pub async fn set_health(health: &HealthReporter, serving: bool) {
-    let status = if serving {
-        ServingStatus::Serving
-    } else {
-        ServingStatus::NotServing
-    };
-    for service in HEALTH_SERVICES {
-        health.set_service_status(service, status).await;
     }
 }
 

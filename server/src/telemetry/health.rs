@@ -1,0 +1,69 @@
+//! The health probe: one task per replica checks the database every probe
+//! interval on a connection of its own (so a busy pool cannot make a healthy
+//! replica look down), and sets the gRPC health status, `opreg_store_up`, and
+//! the flag that makes calls fail fast while the store is down.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::PgConnectOptions;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use super::metrics;
+use crate::store::{self, Dedicated, StoreHealth};
+
+/// Service names whose health follows the database: the server ("") and the registry.
+pub const HEALTH_SERVICES: [&str; 3] =
+    ["", "opreg.v1.OperationRegistry", "opreg.v1.OperationAdmin"];
+
+/// A health entry that is SERVING while the process runs, whatever the
+/// database does: for liveness probes, which must not restart every replica
+/// during a database outage.
+pub const LIVENESS_SERVICE: &str = "liveness";
+
+/// Probes every `interval` until the task is aborted. One probe (connecting
+/// included) may take at most the interval, so an outage shows within two.
+pub async fn probe_forever(
+    options: PgConnectOptions,
+    health: HealthReporter,
+    store_health: Arc<StoreHealth>,
+    interval: Duration,
+) {
+    let mut connection = Dedicated::new(options);
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut was_up = true;
+    loop {
+        ticker.tick().await;
+        let up = match connection.get(interval).await {
+            Some(open) => store::probe(open, interval).await,
+            None => false,
+        };
+        if !up {
+            connection.reset();
+        }
+        if up != was_up {
+            if up {
+                tracing::info!("the database answers again; serving");
+            } else {
+                tracing::warn!("the database does not answer; refusing calls as UNAVAILABLE");
+            }
+            was_up = up;
+        }
+        store_health.set(up);
+        metrics::store_up(up);
+        set_health(&health, up).await;
+    }
+}
+
+pub async fn set_health(health: &HealthReporter, serving: bool) {
+    let status = if serving {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    };
+    for service in HEALTH_SERVICES {
+        health.set_service_status(service, status).await;
+    }
+}
