@@ -46,7 +46,7 @@ impl Application {
     /// Binds `config.listen_addr` and `config.metrics_addr` (port 0 picks a free port).
     pub async fn build(config: &Config, pool: PgPool) -> Result<Self, BoxError> {
         let limits = config.request_limits()?;
-        let metrics = metrics::install(config.metrics_max_namespaces)?;
+        let metrics = metrics::install(config.metrics_max_namespaces, &config.metric_namespaces)?;
         for setting in config.short_retentions() {
             tracing::warn!(
                 setting,

@@ -34,9 +34,15 @@ pub struct Config {
     #[arg(long, env = "OPREG_LISTEN_ADDR", default_value = "127.0.0.1:50051")]
     pub listen_addr: SocketAddr,
 
-    /// PostgreSQL URL; migrations run against it at start. Absent: embedded PostgreSQL.
+    /// PostgreSQL URL; migrations run against it at start. Absent: embedded
+    /// PostgreSQL. A flag shows in `ps`: give a URL with a password through the
+    /// environment or OPREG_DATABASE_URL_FILE.
     #[arg(long, env = "OPREG_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
+
+    /// A file holding the PostgreSQL URL (a mounted secret), read at start.
+    #[arg(long, env = "OPREG_DATABASE_URL_FILE", conflicts_with = "database_url")]
+    pub database_url_file: Option<PathBuf>,
 
     /// Directory of the embedded PostgreSQL [default: ~/.local/share/opreg, or /var/lib/opreg as root].
     #[arg(long, env = "OPREG_DATA_DIR")]
@@ -126,6 +132,11 @@ pub struct Config {
     #[arg(long, env = "OPREG_METRICS_MAX_NAMESPACES", default_value_t = 100)]
     pub metrics_max_namespaces: usize,
 
+    /// The namespaces reported as metric labels, comma-separated; every other
+    /// one is `other`. Empty: the first OPREG_METRICS_MAX_NAMESPACES seen.
+    #[arg(long, env = "OPREG_METRIC_NAMESPACES", value_delimiter = ',')]
+    pub metric_namespaces: Vec<String>,
+
     /// How often the backlog gauges and the health status are read from the database.
     #[arg(long, env = "OPREG_GAUGE_REFRESH_INTERVAL", default_value = "15s", value_parser = humantime::parse_duration)]
     pub gauge_refresh_interval: Duration,
@@ -181,6 +192,27 @@ impl Config {
     /// The defaults, as if started with no flags and no environment.
     pub fn defaults() -> Self {
         Self::parse_from(["opreg-server"])
+    }
+
+    /// Reads the settings kept in files (secrets), so no secret needs a flag.
+    pub fn read_secret_files(&mut self) -> Result<(), String> {
+        if let Some(path) = &self.database_url_file {
+            let url = std::fs::read_to_string(path).map_err(|error| {
+                format!(
+                    "cannot read OPREG_DATABASE_URL_FILE {}: {error}",
+                    path.display()
+                )
+            })?;
+            let url = url.trim();
+            if url.is_empty() {
+                return Err(format!(
+                    "OPREG_DATABASE_URL_FILE {} is empty",
+                    path.display()
+                ));
+            }
+            self.database_url = Some(url.to_owned());
+        }
+        Ok(())
     }
 
     /// Checks the settings that depend on each other.
@@ -412,6 +444,27 @@ mod tests {
         assert!("payments".parse::<Overrides<u32>>().is_err());
         assert!(" =1".parse::<Overrides<u32>>().is_err());
         assert!("soon".parse::<Retention>().is_err());
+    }
+
+    #[test]
+    fn the_database_url_can_come_from_a_file() {
+        let dir = std::env::temp_dir().join(format!("opreg-url-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("url");
+        std::fs::write(&file, "postgres://opreg:secret@db/opreg\n").unwrap();
+        let mut config = Config::parse_from([
+            "opreg-server",
+            "--database-url-file",
+            file.to_str().unwrap(),
+        ]);
+        config.read_secret_files().unwrap();
+        assert_eq!(
+            config.database_url.as_deref(),
+            Some("postgres://opreg:secret@db/opreg")
+        );
+        std::fs::write(&file, "  ").unwrap();
+        assert!(config.read_secret_files().is_err());
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

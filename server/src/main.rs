@@ -16,9 +16,9 @@ const POOL_CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn main() -> ExitCode {
-    let config = Config::parse();
+    let mut config = Config::parse();
     telemetry::logging::init(config.log_format);
-    if let Err(problem) = config.validate() {
+    if let Err(problem) = config.read_secret_files().and_then(|()| config.validate()) {
         tracing::error!("invalid configuration: {problem}");
         return ExitCode::from(2);
     }

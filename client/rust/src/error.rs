@@ -37,7 +37,18 @@ pub enum Error {
     InvalidArgument { violations: Vec<(String, String)> },
     /// The server or its database cannot answer now; retry with backoff.
     #[error("unavailable: {message}")]
-    Unavailable { message: String },
+    ///
+    /// Also a deadline that passed (DEADLINE_EXCEEDED, or the CANCELLED
+    /// "Timeout expired" a server's own timer answers) and OPERATION_BUSY (the
+    /// operation's row is locked elsewhere). `retry_after` is the server's
+    /// `RetryInfo`, when it gave one: wait at least that long.
+    Unavailable {
+        message: String,
+        retry_after: Option<std::time::Duration>,
+    },
+    /// The request message is larger than the method accepts; not retryable.
+    #[error("the request is larger than the {limit} bytes the server accepts for it")]
+    MessageTooLarge { limit: usize },
     #[error("{0}")]
     Other(tonic::Status),
 }
@@ -47,13 +58,29 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         matches!(self, Error::Unavailable { .. })
     }
+
+    /// The least wait the server asked for before a retry.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Error::Unavailable { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
 }
+
+/// What tonic's server-side timer answers when a deadline passes inside it.
+const SERVER_TIMEOUT_MESSAGE: &str = "Timeout expired";
 
 impl From<tonic::Status> for Error {
     fn from(status: tonic::Status) -> Self {
-        if matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded) {
+        let server_timeout =
+            status.code() == Code::Cancelled && status.message() == SERVER_TIMEOUT_MESSAGE;
+        if server_timeout || matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded) {
             return Error::Unavailable {
                 message: status.message().to_owned(),
+                retry_after: status
+                    .get_details_retry_info()
+                    .and_then(|info| info.retry_delay),
             };
         }
         let Some(info) = error_info(&status) else {
@@ -100,10 +127,33 @@ impl From<tonic::Status> for Error {
                     })
                     .unwrap_or_default(),
             },
-            "STORE_UNAVAILABLE" => Error::Unavailable {
-                message: status.message().to_owned(),
+            "MESSAGE_TOO_LARGE" => Error::MessageTooLarge {
+                limit: meta("limit").parse().unwrap_or_default(),
             },
             _ => Error::Other(status),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tonic_types::{ErrorDetails, StatusExt};
+
+    #[test]
+    fn busy_and_server_timeouts_are_transient_with_the_servers_delay() {
+        let mut details = ErrorDetails::new();
+        details.set_error_info("OPERATION_BUSY", "opreg", std::collections::HashMap::new());
+        details.set_retry_info(Some(Duration::from_millis(200)));
+        let busy = Error::from(tonic::Status::with_error_details(
+            Code::Unavailable,
+            "busy",
+            details,
+        ));
+        assert!(busy.is_transient());
+        assert_eq!(busy.retry_after(), Some(Duration::from_millis(200)));
+        assert!(Error::from(tonic::Status::cancelled("Timeout expired")).is_transient());
+        assert!(!Error::from(tonic::Status::cancelled("the caller went away")).is_transient());
     }
 }

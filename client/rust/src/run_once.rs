@@ -603,14 +603,22 @@ impl RunOnce {
             if remaining.is_zero() {
                 break;
             }
-            match tokio::time::timeout(remaining.min(self.call_timeout), call(self.client.clone()))
-                .await
+            let asked = match tokio::time::timeout(
+                remaining.min(self.call_timeout),
+                call(self.client.clone()),
+            )
+            .await
             {
                 Ok(Ok(value)) => return Ok(value),
                 Ok(Err(error)) if !error.is_transient() => return Err(error.into()),
-                Ok(Err(_)) | Err(_) => {}
-            }
-            if !sleep_within(full_jitter(attempt), deadline).await {
+                Ok(Err(error)) => error.retry_after(),
+                Err(_) => None,
+            };
+            // At least what the server asked for, spread so callers told the same do not align.
+            let wait = asked
+                .map_or(Duration::ZERO, spread)
+                .max(full_jitter(attempt));
+            if !sleep_within(wait, deadline).await {
                 break;
             }
         }

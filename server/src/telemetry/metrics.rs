@@ -58,13 +58,15 @@ struct Exporter {
     handle: PrometheusHandle,
     namespaces: Mutex<HashSet<String>>,
     namespace_cap: usize,
+    /// When given, the only namespaces that become labels.
+    allowlist: Option<HashSet<String>>,
 }
 
 static EXPORTER: OnceLock<Exporter> = OnceLock::new();
 
 /// Installs the process-wide recorder (once; later calls reuse it) and
 /// returns the handle that renders `/metrics`.
-pub fn install(namespace_cap: usize) -> Result<PrometheusHandle, String> {
+pub fn install(namespace_cap: usize, allowlist: &[String]) -> Result<PrometheusHandle, String> {
     if let Some(exporter) = EXPORTER.get() {
         return Ok(exporter.handle.clone());
     }
@@ -86,6 +88,7 @@ pub fn install(namespace_cap: usize) -> Result<PrometheusHandle, String> {
         handle,
         namespaces: Mutex::new(HashSet::new()),
         namespace_cap,
+        allowlist: (!allowlist.is_empty()).then(|| allowlist.iter().cloned().collect()),
     };
     if EXPORTER.set(exporter).is_ok() {
         metrics::set_global_recorder(recorder).map_err(|error| error.to_string())?;
@@ -246,12 +249,21 @@ fn describe() {
     );
 }
 
-/// The label for `namespace`: itself while fewer than the cap have been seen,
-/// else `other`, so label cardinality stays bounded.
+/// The label for `namespace`: with an allowlist, itself when listed; without
+/// one, itself while fewer than the cap have been seen; else `other`, so label
+/// cardinality stays bounded.
 pub fn namespace_label(namespace: &str) -> String {
     let Some(exporter) = EXPORTER.get() else {
         return OTHER_NAMESPACE.to_owned();
     };
+    // Configured namespaces keep their labels whatever arrives first.
+    if let Some(allowed) = &exporter.allowlist {
+        return if allowed.contains(namespace) {
+            namespace.to_owned()
+        } else {
+            OTHER_NAMESPACE.to_owned()
+        };
+    }
     let mut seen = exporter
         .namespaces
         .lock()

@@ -622,7 +622,7 @@ fn exit_code(error: &Error) -> u8 {
         | Error::InvalidTransition { .. } => 4,
         Error::StaleFencingToken { .. } | Error::LeaseNotHeld => 5,
         Error::Unavailable { .. } => 6,
-        Error::InvalidArgument { .. } => 2,
+        Error::InvalidArgument { .. } | Error::MessageTooLarge { .. } => 2,
         Error::Other(_) => 1,
     }
 }
