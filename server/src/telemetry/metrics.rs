@@ -219,7 +219,7 @@ fn describe() {
     describe_gauge!(
         STORE_UP,
         Unit::Count,
-        "1 when the last periodic database query succeeded, else 0."
+        "1 when the last health probe reached the database, else 0."
     );
     describe_counter!(GRPC_STARTED, Unit::Count, "RPCs started on the server.");
     describe_counter!(
