@@ -10,11 +10,12 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic_health::server::HealthReporter;
 
 use crate::config::Config;
-use crate::grpc::{AdminService, EdgeLayer, MessageLimits, RegistryService};
+use crate::grpc::{
+    AdminService, ConnectionLimits, EdgeLayer, Incoming, MessageLimits, RegistryService,
+};
 use crate::maintenance;
 use crate::registry::{MaintenanceSettings, Registry};
 use crate::store::StoreHealth;
@@ -33,6 +34,9 @@ pub struct Application {
     service: RegistryService,
     admin: AdminService,
     message_limits: MessageLimits,
+    max_concurrent_calls: usize,
+    connection_limits: ConnectionLimits,
+    keepalive_timeout: Duration,
     registry: Registry,
     maintenance: MaintenanceSettings,
     pool: PgPool,
@@ -61,6 +65,9 @@ impl Application {
             metrics_listener: bind(config.metrics_addr, "metrics (OPREG_METRICS_ADDR)").await?,
             metrics,
             message_limits: crate::grpc::message_limits(&limits),
+            max_concurrent_calls: config.max_concurrent_calls,
+            connection_limits: config.connection_limits(),
+            keepalive_timeout: config.keepalive_timeout,
             service: RegistryService::new(registry.clone(), limits),
             admin: AdminService::new(registry.clone(), limits),
             registry,
@@ -126,17 +133,21 @@ impl Application {
             .build_v1alpha()?;
 
         let draining = drain_after(shutdown, prober, health, self.shutdown_delay, stop);
+        let incoming = Incoming::new(self.grpc_listener, self.connection_limits);
         tonic::transport::Server::builder()
-            .tcp_nodelay(true)
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(self.keepalive_timeout))
             .layer(GrpcTelemetryLayer)
-            .layer(EdgeLayer::new(self.message_limits))
+            .layer(EdgeLayer::new(
+                self.message_limits,
+                self.max_concurrent_calls,
+            ))
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
             .add_service(self.service.into_server())
             .add_service(self.admin.into_server())
-            .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc_listener), draining)
+            .serve_with_incoming_shutdown(incoming, draining)
             .await?;
         // Stopping the maintenance closes its connection, which hands the
         // maintenance lock to another replica.
@@ -145,6 +156,9 @@ impl Application {
         Ok(())
     }
 }
+
+/// How often idle connections are pinged, so dead peers are found and closed.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Aborts a background task when dropped, including on an early return.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

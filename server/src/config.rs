@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::domain::ids::Namespace;
 use crate::domain::policy::{LeaseBounds, PerNamespace, RetryPolicy};
-use crate::grpc::{ParameterLimits, RequestLimits};
+use crate::grpc::{ConnectionLimits, ParameterLimits, RequestLimits};
 use crate::registry::MaintenanceSettings;
 use crate::store::PoolSettings;
 
@@ -115,6 +115,24 @@ pub struct Config {
     /// Default time from registration after which no attempt starts.
     #[arg(long, env = "OPREG_RETRY_DEADLINE", default_value = "24h", value_parser = humantime::parse_duration)]
     pub retry_deadline: Duration,
+
+    /// Registry and admin calls in flight at once; more are answered
+    /// UNAVAILABLE (OVERLOADED) with RetryInfo at once. Health is never shed.
+    #[arg(long, env = "OPREG_MAX_CONCURRENT_CALLS", default_value_t = 1024)]
+    pub max_concurrent_calls: usize,
+
+    /// Client connections open at once; more are closed as they arrive.
+    #[arg(long, env = "OPREG_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
+
+    /// A connection that has not sent its HTTP/2 preface by then is closed.
+    #[arg(long, env = "OPREG_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub handshake_timeout: Duration,
+
+    /// How long an HTTP/2 keep-alive ping may go unanswered before the peer is
+    /// taken for dead and its connection closed (pings every 30 s).
+    #[arg(long, env = "OPREG_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
+    pub keepalive_timeout: Duration,
 
     /// How long in-flight calls may take to finish after SIGTERM or SIGINT.
     #[arg(long, env = "OPREG_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
@@ -233,6 +251,9 @@ impl Config {
         if self.gauge_refresh_interval.is_zero() || self.health_probe_interval.is_zero() {
             return Err("the gauge refresh and health probe intervals must be positive".into());
         }
+        if self.max_concurrent_calls == 0 || self.max_connections == 0 {
+            return Err("the call and connection limits must be positive".into());
+        }
         if self.pool_max_connections == 0 {
             return Err("the pool needs at least one connection".into());
         }
@@ -324,6 +345,13 @@ impl Config {
             }
         }
         found
+    }
+
+    pub fn connection_limits(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: self.max_connections,
+            handshake_timeout: self.handshake_timeout,
+        }
     }
 
     pub fn pool_settings(&self) -> PoolSettings {

@@ -65,6 +65,8 @@ pub enum RegistryError {
     OperationBusy,
     #[error("the caller's deadline passed before the call finished")]
     DeadlineExceeded,
+    #[error("this server is at its limit of concurrent calls; retry shortly")]
+    Overloaded,
     #[error("internal error")]
     Internal,
 }

@@ -3,8 +3,9 @@
 //! tonic's own refusals of bytes it cannot decode (bad UTF-8, truncated or
 //! malformed messages, nesting past the decoder's limit, its size limit) are
 //! turned into the contract's statuses with one `ErrorInfo`, instead of
-//! INTERNAL; and the caller's `grpc-timeout` stops the work when it passes,
-//! answered DEADLINE_EXCEEDED (tonic's own timer would say CANCELLED).
+//! INTERNAL; the caller's `grpc-timeout` stops the work when it passes,
+//! answered DEADLINE_EXCEEDED (tonic's own timer would say CANCELLED); and
+//! calls past the concurrency limit are shed at once (UNAVAILABLE, OVERLOADED).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -14,6 +15,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame};
+use tokio::sync::Semaphore;
 use tower::{Layer, Service};
 
 use super::status::to_status;
@@ -61,12 +63,15 @@ impl MessageLimits {
 #[derive(Clone, Debug)]
 pub struct EdgeLayer {
     limits: Arc<MessageLimits>,
+    calls: Arc<Semaphore>,
 }
 
 impl EdgeLayer {
-    pub fn new(limits: MessageLimits) -> Self {
+    /// `max_calls`: registry and admin calls in flight at once; more are shed.
+    pub fn new(limits: MessageLimits, max_calls: usize) -> Self {
         Self {
             limits: Arc::new(limits),
+            calls: Arc::new(Semaphore::new(max_calls)),
         }
     }
 }
@@ -78,6 +83,7 @@ impl<S> Layer<S> for EdgeLayer {
         Edge {
             inner,
             limits: Arc::clone(&self.limits),
+            calls: Arc::clone(&self.calls),
         }
     }
 }
@@ -86,6 +92,12 @@ impl<S> Layer<S> for EdgeLayer {
 pub struct Edge<S> {
     inner: S,
     limits: Arc<MessageLimits>,
+    calls: Arc<Semaphore>,
+}
+
+/// Health and reflection stay answerable however busy the registry is.
+fn is_shed_when_busy(path: &str) -> bool {
+    path.starts_with("/opreg.v1.")
 }
 
 impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Edge<S>
@@ -106,6 +118,18 @@ where
     }
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        let permit = if is_shed_when_busy(request.uri().path()) {
+            match Arc::clone(&self.calls).try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    metrics::call_shed();
+                    let shed = to_status(&RegistryError::Overloaded).into_http();
+                    return Box::pin(async move { Ok(shed) });
+                }
+            }
+        } else {
+            None
+        };
         let limit = self.limits.for_path(request.uri().path());
         let deadline = request
             .headers()
@@ -129,6 +153,7 @@ where
                 return Ok(to_status(&RegistryError::DeadlineExceeded).into_http());
             };
             let mut response = response?;
+            drop(permit);
             refine_decoder_refusal(response.headers_mut());
             Ok(response)
         })

@@ -3,6 +3,7 @@
 
 mod admin;
 mod edge;
+mod incoming;
 mod requests;
 mod responses;
 mod status;
@@ -17,6 +18,7 @@ use crate::telemetry::metrics;
 
 pub use admin::AdminService;
 pub use edge::{EdgeLayer, MessageLimits};
+pub use incoming::{ConnectionLimits, Incoming};
 pub use requests::{ParameterLimits, RequestLimits};
 
 /// `opreg.v1.OperationRegistry` over a [`Registry`].

@@ -68,6 +68,7 @@ pub fn to_status(error: &RegistryError) -> Status {
         RegistryError::ResourceNotFound => (Code::NotFound, "RESOURCE_NOT_FOUND"),
         RegistryError::StoreUnavailable => (Code::Unavailable, "STORE_UNAVAILABLE"),
         RegistryError::OperationBusy => (Code::Unavailable, "OPERATION_BUSY"),
+        RegistryError::Overloaded => (Code::Unavailable, "OVERLOADED"),
         RegistryError::DeadlineExceeded => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
         RegistryError::Internal => (Code::Internal, "INTERNAL"),
     };
@@ -97,7 +98,9 @@ pub fn to_status(error: &RegistryError) -> Status {
 fn retry_delay(error: &RegistryError) -> Option<std::time::Duration> {
     match error {
         RegistryError::StoreUnavailable => Some(std::time::Duration::from_secs(1)),
-        RegistryError::OperationBusy => Some(std::time::Duration::from_millis(200)),
+        RegistryError::OperationBusy | RegistryError::Overloaded => {
+            Some(std::time::Duration::from_millis(200))
+        }
         _ => None,
     }
 }

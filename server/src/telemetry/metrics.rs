@@ -38,6 +38,8 @@ pub const RETENTION_LAG: &str = "opreg_retention_lag_seconds";
 pub const MAINTENANCE_LEADER: &str = "opreg_maintenance_leader";
 pub const MAINTENANCE_LAST_RUN: &str = "opreg_maintenance_last_run_timestamp_seconds";
 pub const MALFORMED_REQUESTS: &str = "opreg_malformed_requests_total";
+pub const CALLS_SHED: &str = "opreg_calls_shed_total";
+pub const CONNECTIONS_REFUSED: &str = "opreg_connections_refused_total";
 pub const STORE_UP: &str = "opreg_store_up";
 pub const GRPC_STARTED: &str = "grpc_server_started_total";
 pub const GRPC_HANDLED: &str = "grpc_server_handled_total";
@@ -210,6 +212,16 @@ fn describe() {
         MALFORMED_REQUESTS,
         Unit::Count,
         "Requests refused before decoding, by reason (malformed, truncated, too_large); answered INVALID_ARGUMENT or RESOURCE_EXHAUSTED, never as server errors."
+    );
+    describe_counter!(
+        CALLS_SHED,
+        Unit::Count,
+        "Calls answered UNAVAILABLE (OVERLOADED) at once because OPREG_MAX_CONCURRENT_CALLS were in flight."
+    );
+    describe_counter!(
+        CONNECTIONS_REFUSED,
+        Unit::Count,
+        "Connections closed at the door: past OPREG_MAX_CONNECTIONS, or no HTTP/2 preface within OPREG_HANDSHAKE_TIMEOUT."
     );
     describe_gauge!(
         MAINTENANCE_LAST_RUN,
@@ -428,6 +440,14 @@ pub fn retention_lag(namespace: &str, seconds: f64) {
 /// A request refused at the edge; its namespace is unknown (it was never decoded).
 pub fn malformed_request(reason: &'static str) {
     counter!(MALFORMED_REQUESTS, "reason" => reason).increment(1);
+}
+
+pub fn call_shed() {
+    counter!(CALLS_SHED).increment(1);
+}
+
+pub fn connection_refused() {
+    counter!(CONNECTIONS_REFUSED).increment(1);
 }
 
 pub fn maintenance_leader(leader: bool) {
