@@ -202,11 +202,36 @@ async fn a_deadline_that_passes_inside_the_server_is_deadline_exceeded() {
         "{:?}",
         started.elapsed()
     );
-    assert_eq!(refused.code(), Code::DeadlineExceeded, "{refused:?}");
+    // The server answers just ahead of the deadline; on a loaded machine the
+    // client's own timer may still win the race, and says so itself.
+    match refused.code() {
+        Code::DeadlineExceeded => assert_eq!(
+            refused.get_error_details().error_info().unwrap().reason,
+            "DEADLINE_EXCEEDED"
+        ),
+        Code::Cancelled => assert_eq!(refused.message(), "Timeout expired"),
+        other => panic!("{other:?}: {refused:?}"),
+    }
+    let server_said = |code| {
+        let scraped = scrape(app.metrics_addr);
+        async move {
+            scraped.await.value(
+                "grpc_server_handled_total",
+                &[
+                    ("grpc_service", "opreg.v1.OperationRegistry"),
+                    ("grpc_method", "Claim"),
+                    ("grpc_type", "unary"),
+                    ("grpc_code", code),
+                ],
+            )
+        }
+    };
     assert_eq!(
-        refused.get_error_details().error_info().unwrap().reason,
-        "DEADLINE_EXCEEDED"
+        server_said("DeadlineExceeded").await,
+        1.0,
+        "never CANCELLED"
     );
+    assert_eq!(server_said("Canceled").await, 0.0);
     tx.rollback().await.unwrap();
     let claimed = claim(&mut client, claim_request("ns", "slow", "w", json!({}))).await;
     assert!(
