@@ -1,6 +1,9 @@
 // Typed errors. Every opreg error is a gRPC status carrying exactly one
 // google.rpc.ErrorInfo (domain "opreg"); `fromServiceError` turns it into one
-// of the classes below, all extending OpregError.
+// of the classes below, all extending OpregError. `transient` ones (UNAVAILABLE,
+// DEADLINE_EXCEEDED, OPERATION_BUSY, a server's "Timeout expired") are retried
+// by runOnce and the worker, never sooner than a google.rpc.RetryInfo asks
+// (`retryDelayMs`); nothing else is.
 import { Metadata, status as GrpcStatus, type ServiceError } from "@grpc/grpc-js";
 
 import { OperationStatus, operationStatusFromJSON, type Operation } from "./gen/opreg/v1/registry";
@@ -8,6 +11,20 @@ import { decodeRpcStatus, type ErrorInfo, type FieldViolation } from "./rpcStatu
 
 export const ERROR_DOMAIN = "opreg";
 export const STATUS_DETAILS_KEY = "grpc-status-details-bin";
+/**
+ * What tonic's server-side timer answers (CANCELLED) when the caller's deadline
+ * passes inside a server that does not answer DEADLINE_EXCEEDED itself.
+ */
+export const SERVER_TIMEOUT_MESSAGE = "Timeout expired";
+
+/**
+ * True for the CANCELLED "Timeout expired" a server's own timer answers when the
+ * caller's deadline passed inside it: the same as DEADLINE_EXCEEDED, unlike a
+ * CANCELLED the caller caused (an aborted signal, a closed client).
+ */
+export function isServerTimeout(code: number, message: string): boolean {
+  return code === GrpcStatus.CANCELLED && message === SERVER_TIMEOUT_MESSAGE;
+}
 
 export { GrpcStatus };
 export type { ErrorInfo, FieldViolation };
@@ -20,6 +37,8 @@ export interface OpregErrorInit {
   reason?: string;
   errorInfo?: ErrorInfo;
   fieldViolations?: FieldViolation[];
+  /** The status's google.rpc.RetryInfo delay, in milliseconds. */
+  retryDelayMs?: number;
   cause?: unknown;
 }
 
@@ -32,6 +51,12 @@ export class OpregError extends Error {
   /** `ErrorInfo.metadata` (empty when there was none). */
   readonly metadata: Readonly<Record<string, string>>;
   readonly errorInfo: ErrorInfo | undefined;
+  /**
+   * How long the server asked the caller to wait before retrying (its
+   * google.rpc.RetryInfo), in milliseconds; undefined when it sent none.
+   * runOnce and the worker wait at least this long before retrying a transient error.
+   */
+  readonly retryDelayMs: number | undefined;
 
   constructor(init: OpregErrorInit) {
     super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
@@ -40,11 +65,21 @@ export class OpregError extends Error {
     this.reason = init.reason ?? init.errorInfo?.reason;
     this.errorInfo = init.errorInfo;
     this.metadata = init.errorInfo?.metadata ?? {};
+    this.retryDelayMs = init.retryDelayMs;
   }
 
-  /** UNAVAILABLE or DEADLINE_EXCEEDED from a single call: safe to retry with backoff. */
+  /**
+   * UNAVAILABLE (OPERATION_BUSY and STORE_UNAVAILABLE included) or
+   * DEADLINE_EXCEEDED from a single call, or the CANCELLED "Timeout expired" a
+   * server's own timer answers instead: safe to retry with backoff (at least
+   * `retryDelayMs`). A CANCELLED the caller caused is not transient.
+   */
   get transient(): boolean {
-    return this.code === GrpcStatus.UNAVAILABLE || this.code === GrpcStatus.DEADLINE_EXCEEDED;
+    return (
+      this.code === GrpcStatus.UNAVAILABLE ||
+      this.code === GrpcStatus.DEADLINE_EXCEEDED ||
+      isServerTimeout(this.code, this.message)
+    );
   }
 }
 
@@ -152,11 +187,42 @@ export class InvalidArgumentError extends OpregError {
   }
 }
 
-/** UNAVAILABLE: the server or its database cannot be reached (transient). */
+/**
+ * UNAVAILABLE: the server or its database cannot be reached (transient), e.g.
+ * STORE_UNAVAILABLE (with a RetryInfo, ~1 s) or OVERLOADED.
+ */
 export class UnavailableError extends OpregError {}
 
-/** DEADLINE_EXCEEDED: a call's deadline, or runOnce's overall deadline, passed. */
+/**
+ * UNAVAILABLE / OPERATION_BUSY: the operation's row is locked by another
+ * transaction past the server's lock timeout. Transient: retry after
+ * `retryDelayMs` (the server's RetryInfo, ~200 ms).
+ */
+export class OperationBusyError extends UnavailableError {}
+
+/**
+ * DEADLINE_EXCEEDED: a call's deadline passed (on the client, or inside the
+ * server, which then stopped the work: reason DEADLINE_EXCEEDED), or runOnce's
+ * overall deadline passed. Also the CANCELLED "Timeout expired" a server's own
+ * timer may answer instead (`code` stays CANCELLED). Transient for one call.
+ */
 export class DeadlineExceededError extends OpregError {}
+
+/**
+ * RESOURCE_EXHAUSTED / MESSAGE_TOO_LARGE: the request message is larger than
+ * the method accepts (refused before it was read). Never retried: the same
+ * request is refused again.
+ */
+export class MessageTooLargeError extends OpregError {
+  /** The largest request message (bytes) the method accepts; undefined if the server did not say. */
+  readonly limit: number | undefined;
+
+  constructor(init: OpregErrorInit) {
+    super(init);
+    const limit = this.metadata["limit"];
+    this.limit = limit !== undefined && /^\d+$/.test(limit) ? Number(limit) : undefined;
+  }
+}
 
 /** INTERNAL (or any other code without a more specific class). */
 export class InternalError extends OpregError {}
@@ -271,6 +337,10 @@ const BY_REASON: Record<string, new (init: OpregErrorInit) => OpregError> = {
   INVALID_TRANSITION: InvalidTransitionError,
   INVALID_ARGUMENT: InvalidArgumentError,
   STORE_UNAVAILABLE: UnavailableError,
+  OVERLOADED: UnavailableError,
+  OPERATION_BUSY: OperationBusyError,
+  DEADLINE_EXCEEDED: DeadlineExceededError,
+  MESSAGE_TOO_LARGE: MessageTooLargeError,
   INTERNAL: InternalError,
 };
 
@@ -294,12 +364,14 @@ function statusDetails(metadata: Metadata | undefined): Uint8Array | undefined {
 export function fromServiceError(error: ServiceError): OpregError {
   let errorInfo: ErrorInfo | undefined;
   let fieldViolations: FieldViolation[] = [];
+  let retryDelayMs: number | undefined;
   const details = statusDetails(error.metadata);
   if (details !== undefined) {
     try {
       const decoded = decodeRpcStatus(details);
       if (decoded.errorInfo?.domain === ERROR_DOMAIN) errorInfo = decoded.errorInfo;
       fieldViolations = decoded.fieldViolations;
+      retryDelayMs = decoded.retryDelayMs;
     } catch {
       // A malformed trailer leaves the error untyped beyond its code.
     }
@@ -309,10 +381,13 @@ export function fromServiceError(error: ServiceError): OpregError {
     code: error.code,
     errorInfo,
     fieldViolations,
+    retryDelayMs,
     cause: error,
   };
   const Class =
-    (errorInfo !== undefined ? BY_REASON[errorInfo.reason] : undefined) ?? BY_CODE[error.code] ?? OpregError;
+    (errorInfo !== undefined ? BY_REASON[errorInfo.reason] : undefined) ??
+    BY_CODE[error.code] ??
+    (isServerTimeout(error.code, init.message) ? DeadlineExceededError : OpregError);
   return new Class(init);
 }
 

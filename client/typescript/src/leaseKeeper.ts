@@ -8,7 +8,7 @@ import { status as GrpcStatus } from "@grpc/grpc-js";
 
 import type { OpregClient } from "./client";
 import { DeadlineExceededError, LeaseLostError } from "./errors";
-import { backoffMs, isTransient, type RetryContext } from "./retry";
+import { backoffMs, isTransient, transportWaitMs, type RetryContext } from "./retry";
 import { durationFromMillis } from "./time";
 
 /** How long a lease granted (or renewed) at a moment is trusted: the TTL less a tenth for the grant's own delay. */
@@ -112,11 +112,12 @@ export class LeaseKeeper {
       this.schedule(this.everyMs);
     } catch (error) {
       if (isTransient(error)) {
-        // Retried with full jitter (not at the next tick), but never past the
-        // moment the lease can no longer be trusted.
+        // Retried with full jitter (not at the next tick), no sooner than the
+        // server's RetryInfo asks, but never past the moment the lease can no
+        // longer be trusted (schedule gives the lease up then).
         this.failures++;
         this.lastFailure = error;
-        this.schedule(Math.min(this.everyMs, backoffMs(this.ctx, this.failures)));
+        this.schedule(transportWaitMs(error, Math.min(this.everyMs, backoffMs(this.ctx, this.failures))));
         return;
       }
       // STALE_FENCING_TOKEN / LEASE_NOT_HELD (or anything else that is not

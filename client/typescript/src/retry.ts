@@ -1,6 +1,7 @@
-// Transport retries shared by runOnce and the worker: UNAVAILABLE and
-// DEADLINE_EXCEEDED are retried with exponential backoff and full jitter;
-// nothing else is.
+// Transport retries shared by runOnce and the worker: the transient errors
+// (UNAVAILABLE, DEADLINE_EXCEEDED, OPERATION_BUSY, a server's "Timeout
+// expired") are retried with exponential backoff and full jitter, never sooner
+// than the server's RetryInfo asks; nothing else is.
 import { status as GrpcStatus } from "@grpc/grpc-js";
 
 import type { CallOptions } from "./client";
@@ -29,6 +30,17 @@ export function isTransient(error: unknown): error is OpregError {
   return error instanceof OpregError && error.transient;
 }
 
+/**
+ * How long to wait before retrying after the transient `error`: `backoff` (already
+ * jittered), but at least the RetryInfo delay the server sent, stretched by up to a
+ * tenth so that callers told the same delay do not come back together.
+ */
+export function transportWaitMs(error: unknown, backoff: number): number {
+  const delay = error instanceof OpregError ? error.retryDelayMs : undefined;
+  if (delay === undefined) return backoff;
+  return Math.max(backoff, delay + (Math.random() * delay) / 10);
+}
+
 export function deadlineError(what: string, cause?: unknown): DeadlineExceededError {
   return new DeadlineExceededError({
     message: `${what}: the overall deadline passed`,
@@ -37,7 +49,11 @@ export function deadlineError(what: string, cause?: unknown): DeadlineExceededEr
   });
 }
 
-/** Calls `call` until it answers, retrying transient errors with backoff until ctx.deadlineAt. */
+/**
+ * Calls `call` until it answers, retrying transient errors with backoff (at least
+ * the server's RetryInfo delay) until ctx.deadlineAt; a wait that would end past it
+ * fails at once with DeadlineExceededError (caused by the last error).
+ */
 export async function withRetries<T>(
   what: string,
   call: (options: CallOptions) => Promise<T>,
@@ -50,7 +66,7 @@ export async function withRetries<T>(
       return await call({ signal: ctx.signal, deadline: Math.min(ctx.deadlineAt, now + ctx.callTimeoutMs) });
     } catch (error) {
       if (!isTransient(error)) throw error;
-      const wait = backoffMs(ctx, attempt);
+      const wait = transportWaitMs(error, backoffMs(ctx, attempt));
       if (Date.now() + wait >= ctx.deadlineAt) throw deadlineError(`${what} (${attempt} attempts)`, error);
       await sleep(wait, ctx.signal);
     }

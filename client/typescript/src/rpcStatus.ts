@@ -1,16 +1,19 @@
 // Decodes the `grpc-status-details-bin` trailer: a google.rpc.Status whose
-// details are google.protobuf.Any. Only the two detail types opreg sends are
-// understood (ErrorInfo and BadRequest); the wire format is decoded by hand
-// with @bufbuild/protobuf's reader, field numbers as in googleapis:
+// details are google.protobuf.Any. Only the detail types opreg sends are
+// understood (ErrorInfo, BadRequest and RetryInfo); the wire format is decoded
+// by hand with @bufbuild/protobuf's reader, field numbers as in googleapis:
 //   google/rpc/status.proto        Status { int32 code = 1; string message = 2; repeated Any details = 3; }
 //   google/protobuf/any.proto      Any { string type_url = 1; bytes value = 2; }
 //   google/rpc/error_details.proto ErrorInfo { string reason = 1; string domain = 2; map<string,string> metadata = 3; }
 //                                  BadRequest { repeated FieldViolation field_violations = 1; }
 //                                  FieldViolation { string field = 1; string description = 2; string reason = 3; }
+//                                  RetryInfo { google.protobuf.Duration retry_delay = 1; }
+//   google/protobuf/duration.proto Duration { int64 seconds = 1; int32 nanos = 2; }
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
 
 export const ERROR_INFO_TYPE_URL = "type.googleapis.com/google.rpc.ErrorInfo";
 export const BAD_REQUEST_TYPE_URL = "type.googleapis.com/google.rpc.BadRequest";
+export const RETRY_INFO_TYPE_URL = "type.googleapis.com/google.rpc.RetryInfo";
 
 export interface ErrorInfo {
   reason: string;
@@ -35,6 +38,8 @@ export interface RpcStatus {
   details: AnyDetail[];
   errorInfo?: ErrorInfo;
   fieldViolations: FieldViolation[];
+  /** The first RetryInfo's `retry_delay` in milliseconds (undefined without one). */
+  retryDelayMs?: number;
 }
 
 /** Calls `field` for each field of `bytes`, skipping unknown ones. */
@@ -96,7 +101,29 @@ export function decodeBadRequest(bytes: Uint8Array): FieldViolation[] {
   return violations;
 }
 
-/** Decodes a google.rpc.Status, with its ErrorInfo and BadRequest details unpacked. */
+/**
+ * The `retry_delay` of a google.rpc.RetryInfo in milliseconds (never negative);
+ * undefined when the RetryInfo has none.
+ */
+export function decodeRetryInfo(bytes: Uint8Array): number | undefined {
+  let delayMs: number | undefined;
+  readFields(bytes, (no, r) => {
+    if (no !== 1) return false;
+    let seconds = 0;
+    let nanos = 0;
+    readFields(r.bytes(), (dNo, d) => {
+      if (dNo === 1) seconds = Number(d.int64());
+      else if (dNo === 2) nanos = d.int32();
+      else return false;
+      return true;
+    });
+    delayMs = Math.max(0, seconds * 1000 + nanos / 1_000_000);
+    return true;
+  });
+  return delayMs;
+}
+
+/** Decodes a google.rpc.Status, with its ErrorInfo, BadRequest and RetryInfo details unpacked. */
 export function decodeRpcStatus(bytes: Uint8Array): RpcStatus {
   const status: RpcStatus = { code: 0, message: "", details: [], fieldViolations: [] };
   readFields(bytes, (no, r) => {
@@ -111,6 +138,8 @@ export function decodeRpcStatus(bytes: Uint8Array): RpcStatus {
       status.errorInfo = decodeErrorInfo(detail.value);
     } else if (detail.typeUrl === BAD_REQUEST_TYPE_URL) {
       status.fieldViolations.push(...decodeBadRequest(detail.value));
+    } else if (detail.typeUrl === RETRY_INFO_TYPE_URL && status.retryDelayMs === undefined) {
+      status.retryDelayMs = decodeRetryInfo(detail.value);
     }
   }
   return status;

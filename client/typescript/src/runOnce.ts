@@ -13,9 +13,11 @@
 //    with the worker: renewals every renewEveryMs (default a third of the TTL),
 //    LeaseLostError when the lease is lost, Complete from the outcome, Lookup
 //    in doubt.
-// 3. UNAVAILABLE and DEADLINE_EXCEEDED from Claim, Renew, Complete and Lookup are
-//    retried with exponential backoff and full jitter inside the overall deadline;
-//    nothing else is. A Claim whose answer was lost resumes the same lease (same
+// 3. The transient errors (UNAVAILABLE, DEADLINE_EXCEEDED, OPERATION_BUSY, a
+//    server's CANCELLED "Timeout expired") from Claim, Renew, Complete and Lookup
+//    are retried with exponential backoff and full jitter, at least the server's
+//    RetryInfo delay, inside the overall deadline; nothing else is
+//    (MESSAGE_TOO_LARGE included). A Claim whose answer was lost resumes the same lease (same
 //    owner).
 import { performance } from "node:perf_hooks";
 

@@ -3,9 +3,10 @@
 //
 // 1. Pull. ClaimDue(namespace, owner, limit = free slots of maxInFlight). A full
 //    batch: ask again at once; fewer (or none): nothing more is due now, sleep
-//    pollIntervalMs (±20 % jitter) first. UNAVAILABLE / DEADLINE_EXCEEDED back
-//    off with full jitter; any other error stops the worker (after the drain
-//    below) and rejects run() with it.
+//    pollIntervalMs (±20 % jitter) first. The transient errors (UNAVAILABLE,
+//    DEADLINE_EXCEEDED, OPERATION_BUSY) back off with full jitter, at least the
+//    server's RetryInfo delay; any other error stops the worker (after the
+//    drain below) and rejects run() with it.
 // 2. Run. Each operation runs under the lease ClaimDue granted with exactly the
 //    run-once rules (executeUnderLease, shared with runOnce: renewals every
 //    third of the TTL, the work's signal aborted when the lease is lost,
@@ -30,6 +31,7 @@ import {
   DEFAULT_CALL_TIMEOUT_MS,
   backoffMs,
   isTransient,
+  transportWaitMs,
   type RetryContext,
 } from "./retry";
 import { durationFromMillis, sleep } from "./time";
@@ -202,7 +204,7 @@ export class Worker {
       } catch (error) {
         if (!isTransient(error)) throw error;
         failures++;
-        const waitMs = backoffMs(this.ctx, failures);
+        const waitMs = transportWaitMs(error, backoffMs(this.ctx, failures));
         this.log.warn("claim due failed, retrying", { namespace: this.options.namespace, failures, waitMs, error: describe(error) });
         await rest(waitMs, this.options.signal);
         continue;

@@ -259,6 +259,17 @@ class Backoff:
         self.attempt = 0
 
 
+def transport_wait(error: BaseException, backoff: float) -> float:
+    """How long to wait before retrying after the transient ``error``: the
+    ``backoff`` (already jittered), but at least the ``RetryInfo`` delay the
+    server sent, stretched by up to a tenth so that callers told the same delay
+    do not come back together."""
+    delay = error.retry_delay if isinstance(error, OpregError) else None
+    if delay is None:
+        return backoff
+    return max(backoff, delay + random.uniform(0, delay / 10))
+
+
 def claim_wait(response: pb.ClaimResponse, poll_interval: float) -> float:
     """How long to wait before claiming again after IN_PROGRESS / RETRY_LATER.
 
@@ -460,8 +471,10 @@ T = TypeVar("T")
 
 
 class Retry(Generic[T]):
-    """One RPC retried on UNAVAILABLE / DEADLINE_EXCEEDED with exponential
-    backoff and full jitter until ``deadline``. The clients loop: make
+    """One RPC retried on the transient errors (:class:`Unavailable`: UNAVAILABLE,
+    DEADLINE_EXCEEDED, OPERATION_BUSY, a server's "Timeout expired") with
+    exponential backoff and full jitter, never sooner than the server's
+    RetryInfo asks, until ``deadline``. The clients loop: make
     ``call(timeout())`` and, after an :class:`Unavailable`, sleep ``failed(error)``."""
 
     def __init__(
@@ -489,9 +502,11 @@ class Retry(Generic[T]):
         return min(self._spec.rpc_timeout, remaining)
 
     def failed(self, error: Unavailable) -> float:
-        """How long to sleep before the next attempt."""
+        """How long to sleep before the next attempt: the backoff, at least the
+        server's RetryInfo delay, and never past the deadline (after which
+        :meth:`timeout` raises DeadlineExceeded)."""
         self._last = error
-        return min(self._backoff.next(), max(self._deadline.remaining(), 0))
+        return min(transport_wait(error, self._backoff.next()), max(self._deadline.remaining(), 0))
 
 
 class RunOnce:
@@ -792,5 +807,5 @@ class Renewal:
         if left <= 0:
             lease._mark_lost(error)
             return True
-        self.wait = min(self._backoff.next(), left)
+        self.wait = min(transport_wait(error, self._backoff.next()), left)
         return False

@@ -32,6 +32,7 @@ from ._run import (
     TransientError,
     due_attempt,
     run_spec,
+    transport_wait,
 )
 from .errors import LeaseLost, OperationDead, Unavailable
 
@@ -123,8 +124,10 @@ class WorkerBase(Generic[LeaseT]):
     their reconcile lease expires and ClaimDue hands them out again later.
 
     When ClaimDue hands out nothing, the worker waits ``poll_interval`` (with
-    jitter); UNAVAILABLE / DEADLINE_EXCEEDED back off with jitter
-    (``transport_backoff=(initial, max)``); any other error ends ``run``.
+    jitter); the transient errors (:class:`Unavailable`: UNAVAILABLE,
+    DEADLINE_EXCEEDED, OPERATION_BUSY) back off with jitter
+    (``transport_backoff=(initial, max)``), never sooner than the server's
+    RetryInfo asks; any other error ends ``run``.
     ``stop`` ends the pulling; in-flight operations get ``grace`` seconds to
     finish, then their work is cancelled (their leases marked lost, so nothing
     is completed for them), and ``run`` returns.
@@ -240,7 +243,8 @@ class WorkerBase(Generic[LeaseT]):
         return self._spec.poll_interval * random.uniform(0.8, 1.2)
 
     def _transport_wait(self, error: Unavailable) -> float:
-        delay = self._backoff.next()
+        """The backoff after a transient ClaimDue failure, at least the server's RetryInfo delay."""
+        delay = transport_wait(error, self._backoff.next())
         log.warning("%s: ClaimDue failed (%s); again in %.3fs", self.namespace, error, delay)
         return delay
 

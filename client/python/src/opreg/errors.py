@@ -5,6 +5,10 @@ domain ``"opreg"``; :func:`from_rpc_error` turns it into a subclass of
 :class:`OpregError` chosen by the ErrorInfo reason (or, for transport failures
 without an ErrorInfo, by the status code).
 
+:class:`Unavailable` and its subclasses are the transient errors: the helpers
+retry them (with backoff, and never sooner than a ``google.rpc.RetryInfo`` the
+server sent, see :attr:`OpregError.retry_delay`); nothing else is retried.
+
 The :mod:`opreg.run_once` helper adds its own errors: :class:`DeadlineExceeded`,
 :class:`OperationDead`, :class:`OperationHeld`, :class:`LeaseLost`,
 :class:`ReconcileRequired`.
@@ -39,6 +43,8 @@ __all__ = [
     "InvalidArgument",
     "FieldViolation",
     "Unavailable",
+    "OperationBusy",
+    "MessageTooLarge",
     "InternalError",
     "DeadlineExceeded",
     "OperationDead",
@@ -49,6 +55,10 @@ __all__ = [
 ]
 
 ERROR_DOMAIN = "opreg"
+
+# What tonic's server-side timer answers (CANCELLED) when the caller's deadline
+# passes inside a server that does not answer DEADLINE_EXCEEDED itself.
+SERVER_TIMEOUT_MESSAGE = "Timeout expired"
 
 
 class OpregError(Exception):
@@ -78,6 +88,17 @@ class OpregError(Exception):
     def __str__(self) -> str:
         label = self.reason or (self.code.name if self.code is not None else "")
         return f"{label}: {self.message}" if label else self.message
+
+    @property
+    def retry_delay(self) -> float | None:
+        """Seconds the server asked the caller to wait before retrying (its
+        ``google.rpc.RetryInfo``); ``None`` when it sent none. The helpers wait
+        at least this long before retrying a transient error."""
+        for detail in self.details:
+            if isinstance(detail, error_details_pb2.RetryInfo) and detail.HasField("retry_delay"):
+                delay = detail.retry_delay
+                return max(delay.seconds + delay.nanos / 1e9, 0.0)
+        return None
 
 
 class ParameterConflict(OpregError):
@@ -205,9 +226,33 @@ class InvalidArgument(OpregError):
 
 
 class Unavailable(OpregError):
-    """``UNAVAILABLE`` (server or its database unreachable, connection refused)
-    or ``DEADLINE_EXCEEDED`` (the call's own timeout). Safe to retry for
-    Claim (same owner), Renew, Complete (same report) and Lookup."""
+    """The transient errors: ``UNAVAILABLE`` (server or its database
+    unreachable, connection refused, ``STORE_UNAVAILABLE``, ``OVERLOADED``) or
+    a deadline that passed: ``DEADLINE_EXCEEDED`` (the call's own timeout, or
+    the server stopping the work when the caller's deadline passed inside it),
+    or the ``CANCELLED`` "Timeout expired" a server's own timer may answer
+    instead (``code`` stays ``CANCELLED``; a CANCELLED the caller caused is
+    not transient). Safe to retry for Claim (same owner), Renew, Complete (same
+    report) and Lookup; :attr:`retry_delay` is the least wait the server asked
+    for, if it sent a ``RetryInfo``."""
+
+
+class OperationBusy(Unavailable):
+    """``UNAVAILABLE``/``OPERATION_BUSY``: the operation's row is locked by
+    another transaction past the server's lock timeout. Transient: retry after
+    :attr:`retry_delay` (the server's ``RetryInfo``, about 0.2 s)."""
+
+
+class MessageTooLarge(OpregError):
+    """``RESOURCE_EXHAUSTED``/``MESSAGE_TOO_LARGE``: the request message is
+    larger than the method accepts (refused before it was read). Never
+    retried: the same request is refused again."""
+
+    @property
+    def limit(self) -> int | None:
+        """The largest request message (bytes) the method accepts; ``None`` if
+        the server did not say."""
+        return _int(self.metadata.get("limit"))
 
 
 class InternalError(OpregError):
@@ -289,6 +334,10 @@ _BY_REASON: dict[str, type[OpregError]] = {
     "RESOURCE_NOT_FOUND": ResourceNotFound,
     "INVALID_ARGUMENT": InvalidArgument,
     "STORE_UNAVAILABLE": Unavailable,
+    "OVERLOADED": Unavailable,
+    "OPERATION_BUSY": OperationBusy,
+    "DEADLINE_EXCEEDED": Unavailable,
+    "MESSAGE_TOO_LARGE": MessageTooLarge,
     "INTERNAL": InternalError,
 }
 
@@ -313,7 +362,7 @@ def from_rpc_error(error: grpc.RpcError) -> OpregError:
         status = None
     if status is not None:
         for any_detail in status.details:
-            for cls in (error_details_pb2.ErrorInfo, error_details_pb2.BadRequest):
+            for cls in (error_details_pb2.ErrorInfo, error_details_pb2.BadRequest, error_details_pb2.RetryInfo):
                 if any_detail.Is(cls.DESCRIPTOR):
                     message_obj = cls()
                     any_detail.Unpack(message_obj)
@@ -325,8 +374,17 @@ def from_rpc_error(error: grpc.RpcError) -> OpregError:
     if info is not None and info.domain == ERROR_DOMAIN:
         reason = info.reason
         metadata = dict(info.metadata)
-    cls = _BY_REASON.get(reason) or (_BY_CODE.get(code) if code is not None else None) or OpregError
-    return cls(message, code=code, reason=reason, metadata=metadata, details=details)
+    cls = _BY_REASON.get(reason) or (_BY_CODE.get(code) if code is not None else None)
+    if cls is None and is_server_timeout(code, message):
+        cls = Unavailable
+    return (cls or OpregError)(message, code=code, reason=reason, metadata=metadata, details=details)
+
+
+def is_server_timeout(code: grpc.StatusCode | None, message: str) -> bool:
+    """True for the ``CANCELLED`` "Timeout expired" that a server's own timer
+    answers when the caller's deadline passed inside it: the same as
+    ``DEADLINE_EXCEEDED``, unlike a CANCELLED that the caller caused."""
+    return code == grpc.StatusCode.CANCELLED and message == SERVER_TIMEOUT_MESSAGE
 
 
 def _int(text: str | None) -> int | None:
