@@ -34,6 +34,13 @@ pub struct Config {
     #[arg(long, env = "OPREG_LISTEN_ADDR", default_value = "127.0.0.1:50051")]
     pub listen_addr: SocketAddr,
 
+    /// Serve callers without authenticating them on a non-loopback address.
+    /// Without it the server refuses to start there: anyone who reaches the
+    /// port could act on every operation.
+    #[arg(long, env = "OPREG_ALLOW_UNAUTHENTICATED", action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub allow_unauthenticated: bool,
+
     /// PostgreSQL URL; migrations run against it at start. Absent: embedded
     /// PostgreSQL. A flag shows in `ps`: give a URL with a password through the
     /// environment or OPREG_DATABASE_URL_FILE.
@@ -235,6 +242,15 @@ impl Config {
 
     /// Checks the settings that depend on each other.
     pub fn validate(&self) -> Result<(), String> {
+        if !self.listen_addr.ip().is_loopback() && !self.allow_unauthenticated {
+            return Err(format!(
+                "refusing to serve unauthenticated callers on {}: anyone who reaches it could \
+                 complete, renew or fence any operation. Listen on a loopback address, or pass \
+                 --allow-unauthenticated (OPREG_ALLOW_UNAUTHENTICATED=true) where a network \
+                 boundary you trust decides who reaches the port",
+                self.listen_addr
+            ));
+        }
         let lease = self.lease_bounds();
         if lease.min.is_zero() || lease.min > lease.max {
             return Err("lease TTL bounds must satisfy 0 < min <= max".into());
@@ -493,6 +509,22 @@ mod tests {
         std::fs::write(&file, "  ").unwrap();
         assert!(config.read_secret_files().is_err());
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_public_address_needs_an_explicit_choice_to_serve_unauthenticated() {
+        let public = Config::parse_from(["opreg-server", "--listen-addr", "0.0.0.0:50051"]);
+        let refused = public.validate().unwrap_err();
+        assert!(refused.contains("--allow-unauthenticated"), "{refused}");
+        let allowed = Config::parse_from([
+            "opreg-server",
+            "--listen-addr",
+            "0.0.0.0:50051",
+            "--allow-unauthenticated",
+        ]);
+        assert_eq!(allowed.validate(), Ok(()));
+        let loopback = Config::parse_from(["opreg-server", "--listen-addr", "[::1]:50051"]);
+        assert_eq!(loopback.validate(), Ok(()));
     }
 
     #[test]
