@@ -56,6 +56,35 @@ impl Fingerprint {
     }
 }
 
+/// JSON as a protobuf Struct (`ClaimRequest.parameters`, `Operation.parameters`);
+/// anything but an object is an empty Struct. Integers beyond 2^53 lose
+/// precision, as they would in any JSON number.
+pub fn json_to_struct(json: serde_json::Value) -> prost_types::Struct {
+    match json_to_value(json).kind {
+        Some(Kind::StructValue(object)) => object,
+        _ => prost_types::Struct::default(),
+    }
+}
+
+fn json_to_value(json: serde_json::Value) -> prost_types::Value {
+    let kind = match json {
+        serde_json::Value::Null => Kind::NullValue(0),
+        serde_json::Value::Bool(b) => Kind::BoolValue(b),
+        serde_json::Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+        serde_json::Value::String(s) => Kind::StringValue(s),
+        serde_json::Value::Array(items) => Kind::ListValue(prost_types::ListValue {
+            values: items.into_iter().map(json_to_value).collect(),
+        }),
+        serde_json::Value::Object(members) => Kind::StructValue(prost_types::Struct {
+            fields: members
+                .into_iter()
+                .map(|(k, v)| (k, json_to_value(v)))
+                .collect(),
+        }),
+    };
+    prost_types::Value { kind: Some(kind) }
+}
+
 /// How big a Struct is before anything is computed from it: values (object
 /// members and array items, at every depth) and nesting depth (the top-level
 /// object is depth 1). Servers bound both before canonicalising.

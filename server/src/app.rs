@@ -108,15 +108,16 @@ impl Application {
             self.health_probe_interval,
         ));
         let _refresher = AbortOnDrop(tokio::spawn(gauges::refresh_forever(
-            options,
+            options.clone(),
             self.pool.clone(),
             self.gauge_refresh_interval,
         )));
         let maintainer = AbortOnDrop(tokio::spawn(maintenance::run_forever(
-            self.pool.clone(),
+            options,
             self.registry,
             self.maintenance,
         )));
+
         let (stop, stopped) = watch::channel(false);
         let metrics_server = tokio::spawn(metrics_http::serve(
             self.metrics_listener,

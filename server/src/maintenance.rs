@@ -1,24 +1,35 @@
 //! The background maintenance task: every interval each replica tries to
 //! become the one that maintains (a PostgreSQL advisory lock held on a
-//! dedicated connection); the one that holds it runs a pass.
+//! connection of its own); the one that holds it runs a pass.
 
-use sqlx::{Connection, PgConnection, PgPool};
+use std::time::Duration;
+
+use sqlx::postgres::PgConnectOptions;
 
 use crate::registry::{MaintenanceSettings, Registry};
-use crate::store::leadership;
+use crate::store::{Dedicated, leadership};
 use crate::telemetry::metrics;
 
-/// Runs until the task is aborted; dropping it closes the leader's connection,
-/// which releases the lock for another replica.
-pub async fn run_forever(pool: PgPool, registry: Registry, settings: MaintenanceSettings) {
-    let mut leader: Option<PgConnection> = None;
+/// How long opening the maintenance connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs until the task is aborted; dropping it closes the maintenance
+/// connection, which releases the lock for another replica.
+pub async fn run_forever(
+    options: PgConnectOptions,
+    registry: Registry,
+    settings: MaintenanceSettings,
+) {
+    // Kept open by followers too, so asking again costs a statement, not a login.
+    let mut connection = Dedicated::new(options);
+    let mut leading = false;
     let mut ticker = tokio::time::interval(settings.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        leader = keep_or_take_lead(&pool, leader).await;
-        metrics::maintenance_leader(leader.is_some());
-        if leader.is_none() {
+        leading = keep_or_take_lead(&mut connection, leading).await;
+        metrics::maintenance_leader(leading);
+        if !leading {
             continue;
         }
         match registry.maintain(&settings).await {
@@ -37,33 +48,35 @@ pub async fn run_forever(pool: PgPool, registry: Registry, settings: Maintenance
     }
 }
 
-/// The leader's connection if it still holds the lock, else a new connection
-/// that took it, else `None` (another replica leads, or PostgreSQL is away).
-async fn keep_or_take_lead(pool: &PgPool, leader: Option<PgConnection>) -> Option<PgConnection> {
-    if let Some(mut connection) = leader {
-        match leadership::still_leading(&mut connection).await {
-            Ok(true) => return Some(connection),
-            Ok(false) => tracing::warn!("lost the maintenance lock"),
-            Err(error) => tracing::warn!(%error, "the maintenance connection failed"),
-        }
-    }
-    let options = pool.connect_options();
-    let mut connection = match PgConnection::connect_with(&options).await {
-        Ok(connection) => connection,
-        Err(error) => {
-            tracing::debug!(%error, "cannot open the maintenance connection");
-            return None;
-        }
+/// Whether this replica leads now: a leader checks it still holds the lock,
+/// a follower tries to take it. A failed connection is reopened next time
+/// (and with it went the lock, if it was held).
+async fn keep_or_take_lead(connection: &mut Dedicated, leading: bool) -> bool {
+    let Some(open) = connection.get(CONNECT_TIMEOUT).await else {
+        return false;
     };
-    match leadership::try_lead(&mut connection).await {
+    let held = if leading {
+        leadership::still_leading(open).await
+    } else {
+        leadership::try_lead(open).await
+    };
+    match held {
         Ok(true) => {
-            tracing::info!("this replica runs the maintenance");
-            Some(connection)
+            if !leading {
+                tracing::info!("this replica runs the maintenance");
+            }
+            true
         }
-        Ok(false) => None,
+        Ok(false) => {
+            if leading {
+                tracing::warn!("lost the maintenance lock");
+            }
+            false
+        }
         Err(error) => {
-            tracing::debug!(%error, "cannot take the maintenance lock");
-            None
+            tracing::warn!(%error, "the maintenance connection failed");
+            connection.reset();
+            false
         }
     }
 }

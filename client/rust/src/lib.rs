@@ -35,10 +35,7 @@ pub async fn connect(
 /// Builds `ClaimRequest.parameters` from JSON. Integers beyond 2^53 lose
 /// precision, as they would in any JSON number.
 pub fn parameters(json: serde_json::Value) -> prost_types::Struct {
-    match value(json).kind {
-        Some(prost_types::value::Kind::StructValue(object)) => object,
-        _ => prost_types::Struct::default(),
-    }
+    opreg_proto::parameters::json_to_struct(json)
 }
 
 /// The SHA-256 of the RFC 8785 canonical form of `json`: what the server
@@ -47,21 +44,4 @@ pub fn parameters_digest(
     json: &serde_json::Value,
 ) -> Result<Vec<u8>, opreg_proto::parameters::NonFiniteNumber> {
     opreg_proto::parameters::Fingerprint::from_json(json).map(|fingerprint| fingerprint.digest)
-}
-
-fn value(json: serde_json::Value) -> prost_types::Value {
-    use prost_types::value::Kind;
-    let kind = match json {
-        serde_json::Value::Null => Kind::NullValue(0),
-        serde_json::Value::Bool(b) => Kind::BoolValue(b),
-        serde_json::Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
-        serde_json::Value::String(s) => Kind::StringValue(s),
-        serde_json::Value::Array(items) => Kind::ListValue(prost_types::ListValue {
-            values: items.into_iter().map(value).collect(),
-        }),
-        serde_json::Value::Object(members) => Kind::StructValue(prost_types::Struct {
-            fields: members.into_iter().map(|(k, v)| (k, value(v))).collect(),
-        }),
-    };
-    prost_types::Value { kind: Some(kind) }
 }

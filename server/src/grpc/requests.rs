@@ -193,9 +193,10 @@ pub fn claim(request: pb::ClaimRequest, limits: &RequestLimits) -> Result<ClaimC
     checks.finish(command)
 }
 
-/// ClaimDue hands out at most this many operations per call.
-const CLAIM_DUE_MAX_LIMIT: u32 = 1_000;
-const CLAIM_DUE_DEFAULT_LIMIT: u32 = 100;
+/// Most operations one ClaimDue hands out, or one ListOperations page holds.
+const PAGE_MAX: u32 = 1_000;
+/// What a zero limit or page size asks for.
+const PAGE_DEFAULT: u32 = 100;
 
 pub fn claim_due(request: pb::ClaimDueRequest, limits: &RequestLimits) -> Result<ClaimDueCommand> {
     let mut checks = Checks::default();
@@ -206,7 +207,7 @@ pub fn claim_due(request: pb::ClaimDueRequest, limits: &RequestLimits) -> Result
         request.lease_ttl,
         limits,
     );
-    let limit = checks.value(page_size("limit", request.limit, CLAIM_DUE_DEFAULT_LIMIT));
+    let limit = checks.value(page_size("limit", request.limit, PAGE_DEFAULT));
     let command = (|| {
         Some(ClaimDueCommand {
             namespace: namespace?,
@@ -225,10 +226,10 @@ fn page_size(
 ) -> std::result::Result<u32, FieldViolation> {
     match value {
         0 => Ok(default),
-        1..=CLAIM_DUE_MAX_LIMIT => Ok(value),
+        1..=PAGE_MAX => Ok(value),
         _ => Err(FieldViolation::new(
             field,
-            format!("must be between 1 and {CLAIM_DUE_MAX_LIMIT} (0 for {default})"),
+            format!("must be between 1 and {PAGE_MAX} (0 for {default})"),
         )),
     }
 }
@@ -350,11 +351,7 @@ pub fn list_operations(request: pb::ListOperationsRequest) -> Result<ListQuery> 
         statuses = QUEUE_STATUSES.to_vec();
     }
     let older_than = checks.value(optional_duration("older_than", request.older_than));
-    let page_size = checks.value(page_size(
-        "page_size",
-        request.page_size,
-        CLAIM_DUE_DEFAULT_LIMIT,
-    ));
+    let page_size = checks.value(page_size("page_size", request.page_size, PAGE_DEFAULT));
     let after = if request.page_token.is_empty() {
         Some(None)
     } else {

@@ -250,34 +250,9 @@ fn duration(duration: std::time::Duration) -> prost_types::Duration {
 }
 
 /// The stored canonical text of Struct parameters, as a Struct again. The text
-/// is RFC 8785 JSON the server wrote itself, so it always parses to an object.
+/// is RFC 8785 JSON the server wrote itself, so it always parses.
 fn structure(canonical: &str) -> Option<prost_types::Struct> {
-    match serde_json::from_str(canonical) {
-        Ok(serde_json::Value::Object(members)) => Some(object(members)),
-        _ => None,
-    }
-}
-
-fn object(members: serde_json::Map<String, serde_json::Value>) -> prost_types::Struct {
-    prost_types::Struct {
-        fields: members
-            .into_iter()
-            .map(|(name, value)| (name, json_value(value)))
-            .collect(),
-    }
-}
-
-fn json_value(value: serde_json::Value) -> prost_types::Value {
-    use prost_types::value::Kind;
-    let kind = match value {
-        serde_json::Value::Null => Kind::NullValue(0),
-        serde_json::Value::Bool(flag) => Kind::BoolValue(flag),
-        serde_json::Value::Number(number) => Kind::NumberValue(number.as_f64().unwrap_or(0.0)),
-        serde_json::Value::String(text) => Kind::StringValue(text),
-        serde_json::Value::Array(items) => Kind::ListValue(prost_types::ListValue {
-            values: items.into_iter().map(json_value).collect(),
-        }),
-        serde_json::Value::Object(members) => Kind::StructValue(object(members)),
-    };
-    prost_types::Value { kind: Some(kind) }
+    serde_json::from_str(canonical)
+        .ok()
+        .map(crate::domain::parameters::json_to_struct)
 }

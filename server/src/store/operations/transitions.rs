@@ -166,6 +166,9 @@ pub async fn start_executions(
     kinds: &[ExecutionKind],
     lease: &LeaseRequest,
 ) -> sqlx::Result<Vec<Operation>> {
+    if observed.is_empty() {
+        return Ok(Vec::new());
+    }
     let _timer = QueryTimer::start("operations_start_executions");
     let guards = Guards::of(observed.iter().copied());
     let kinds: Vec<&str> = kinds.iter().map(|kind| kind.as_str()).collect();
@@ -228,6 +231,10 @@ pub async fn exhaust(
     db: impl PgExecutor<'_>,
     observed: &[&Operation],
 ) -> sqlx::Result<Vec<Operation>> {
+    // An empty batch is the common case (every idle ClaimDue poll): no round trip.
+    if observed.is_empty() {
+        return Ok(Vec::new());
+    }
     let _timer = QueryTimer::start("operations_exhaust");
     let guards = Guards::of(observed.iter().copied());
     let rows: Vec<OperationRow> = sqlx::query_as(concat!(
