@@ -10,11 +10,14 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tonic_health::server::HealthReporter;
 
+use crate::access::Access;
+use crate::access::reload::{self, Loaded, Reloadable};
+use crate::access::tls::TlsConfig;
 use crate::config::Config;
 use crate::grpc::{
-    AdminService, ConnectionLimits, EdgeLayer, Incoming, MessageLimits, RegistryService,
+    AdminService, AuthenticateLayer, ConnectionLimits, EdgeLayer, Incoming, MessageLimits,
+    RegistryService,
 };
 use crate::maintenance;
 use crate::registry::{MaintenanceSettings, Registry};
@@ -44,6 +47,10 @@ pub struct Application {
     health_probe_interval: Duration,
     store_health: Arc<StoreHealth>,
     shutdown_delay: Duration,
+    access: Access,
+    tls: Option<TlsConfig>,
+    reloadable: Reloadable,
+    hangups: tokio::signal::unix::Signal,
 }
 
 impl Application {
@@ -56,6 +63,16 @@ impl Application {
                 setting,
                 retry_deadline = %humantime::format_duration(config.retry_deadline),
                 "retention is shorter than the retry deadline: a key purged while it may still be retried registers again as a new operation"
+            );
+        }
+        let loaded = Loaded::read(config.auth_file.as_deref(), config.tls_files())?;
+        if loaded.access.is_restricted()
+            && loaded.tls.is_none()
+            && !config.listen_addr.ip().is_loopback()
+        {
+            tracing::warn!(
+                "API keys travel in plaintext: give OPREG_TLS_CERT and OPREG_TLS_KEY unless a \
+                 proxy in front terminates TLS"
             );
         }
         let store_health = Arc::new(StoreHealth::default());
@@ -77,6 +94,10 @@ impl Application {
             health_probe_interval: config.health_probe_interval,
             store_health,
             shutdown_delay: config.shutdown_delay,
+            access: loaded.access,
+            tls: loaded.tls,
+            reloadable: loaded.reloadable,
+            hangups: reload::hangups()?,
         })
     }
 
@@ -92,14 +113,8 @@ impl Application {
     /// after `shutdown_delay` the server stops accepting calls and waits for
     /// in-flight ones; the caller bounds that wait.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), BoxError> {
-        let (health, health_service) = tonic_health::server::health_reporter();
-        health::set_health(&health, false).await;
-        health
-            .set_service_status(
-                health::LIVENESS_SERVICE,
-                tonic_health::ServingStatus::Serving,
-            )
-            .await;
+        let (reporter, health_service) = tonic_health::server::health_reporter();
+        let health = health::Health::new(reporter).await;
         let options = (*self.pool.connect_options()).clone();
         let prober = tokio::spawn(health::probe_forever(
             options.clone(),
@@ -112,6 +127,11 @@ impl Application {
             self.pool.clone(),
             self.gauge_refresh_interval,
         )));
+        let _reloader = AbortOnDrop(tokio::spawn(reload::watch_forever(
+            self.reloadable,
+            self.hangups,
+            reload::POLL_INTERVAL,
+        )));
         let maintainer = AbortOnDrop(tokio::spawn(maintenance::run_forever(
             options,
             self.registry,
@@ -122,6 +142,7 @@ impl Application {
         let metrics_server = tokio::spawn(metrics_http::serve(
             self.metrics_listener,
             self.metrics,
+            health.ready(),
             wait_for(stopped.clone()),
         ));
         let reflection_v1 = tonic_reflection::server::Builder::configure()
@@ -134,7 +155,7 @@ impl Application {
             .build_v1alpha()?;
 
         let draining = drain_after(shutdown, prober, health, self.shutdown_delay, stop);
-        let incoming = Incoming::new(self.grpc_listener, self.connection_limits);
+        let incoming = Incoming::new(self.grpc_listener, self.connection_limits, self.tls);
         tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(self.keepalive_timeout))
@@ -143,6 +164,7 @@ impl Application {
                 self.message_limits,
                 self.max_concurrent_calls,
             ))
+            .layer(AuthenticateLayer::new(self.access))
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
@@ -181,7 +203,7 @@ async fn bind(address: SocketAddr, purpose: &str) -> Result<TcpListener, BoxErro
 async fn drain_after(
     shutdown: impl Future<Output = ()>,
     prober: tokio::task::JoinHandle<()>,
-    health: HealthReporter,
+    health: health::Health,
     delay: Duration,
     stop: watch::Sender<bool>,
 ) {
@@ -189,7 +211,7 @@ async fn drain_after(
     prober.abort();
     // A probe already running could otherwise report SERVING after this.
     let _ = prober.await;
-    health::set_health(&health, false).await;
+    health.set(false).await;
     tokio::time::sleep(delay).await;
     let _ = stop.send(true);
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::access::tls::TlsFiles;
 use crate::domain::ids::Namespace;
 use crate::domain::policy::{LeaseBounds, PerNamespace, RetryPolicy};
 use crate::grpc::{ConnectionLimits, ParameterLimits, RequestLimits};
@@ -40,6 +41,27 @@ pub struct Config {
     #[arg(long, env = "OPREG_ALLOW_UNAUTHENTICATED", action = clap::ArgAction::SetTrue,
           value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_unauthenticated: bool,
+
+    /// The access policy (TOML): principals, their credentials, namespaces and
+    /// roles. Re-read on SIGHUP and when it changes. Without it every caller
+    /// may do everything, which is allowed only on loopback or with
+    /// --allow-unauthenticated.
+    #[arg(long, env = "OPREG_AUTH_FILE")]
+    pub auth_file: Option<PathBuf>,
+
+    /// The server's TLS certificate chain (PEM); with OPREG_TLS_KEY, the gRPC
+    /// port speaks TLS only. Reloaded on SIGHUP and when the files change.
+    #[arg(long, env = "OPREG_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of OPREG_TLS_CERT (PEM).
+    #[arg(long, env = "OPREG_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// CA certificates (PEM) that sign client certificates: with it, every
+    /// connection must present one (mutual TLS), matched to `tls_identity`.
+    #[arg(long, env = "OPREG_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
 
     /// PostgreSQL URL; migrations run against it at start. Absent: embedded
     /// PostgreSQL. A flag shows in `ps`: give a URL with a password through the
@@ -242,14 +264,24 @@ impl Config {
 
     /// Checks the settings that depend on each other.
     pub fn validate(&self) -> Result<(), String> {
-        if !self.listen_addr.ip().is_loopback() && !self.allow_unauthenticated {
+        if !self.listen_addr.ip().is_loopback()
+            && self.auth_file.is_none()
+            && !self.allow_unauthenticated
+        {
             return Err(format!(
                 "refusing to serve unauthenticated callers on {}: anyone who reaches it could \
-                 complete, renew or fence any operation. Listen on a loopback address, or pass \
+                 complete, renew or fence any operation. Give an access policy \
+                 (OPREG_AUTH_FILE), listen on a loopback address, or pass \
                  --allow-unauthenticated (OPREG_ALLOW_UNAUTHENTICATED=true) where a network \
                  boundary you trust decides who reaches the port",
                 self.listen_addr
             ));
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err("OPREG_TLS_CERT and OPREG_TLS_KEY go together".into());
+        }
+        if self.tls_client_ca.is_some() && self.tls_cert.is_none() {
+            return Err("OPREG_TLS_CLIENT_CA needs OPREG_TLS_CERT and OPREG_TLS_KEY".into());
         }
         let lease = self.lease_bounds();
         if lease.min.is_zero() || lease.min > lease.max {
@@ -361,6 +393,15 @@ impl Config {
             }
         }
         found
+    }
+
+    /// The TLS files, when the gRPC port speaks TLS.
+    pub fn tls_files(&self) -> Option<TlsFiles> {
+        Some(TlsFiles {
+            certificate: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+            client_ca: self.tls_client_ca.clone(),
+        })
     }
 
     pub fn connection_limits(&self) -> ConnectionLimits {
@@ -523,6 +564,14 @@ mod tests {
             "--allow-unauthenticated",
         ]);
         assert_eq!(allowed.validate(), Ok(()));
+        let with_policy = Config::parse_from([
+            "opreg-server",
+            "--listen-addr",
+            "0.0.0.0:50051",
+            "--auth-file",
+            "/etc/opreg/policy.toml",
+        ]);
+        assert_eq!(with_policy.validate(), Ok(()));
         let loopback = Config::parse_from(["opreg-server", "--listen-addr", "[::1]:50051"]);
         assert_eq!(loopback.validate(), Ok(()));
     }

@@ -1,10 +1,12 @@
 //! opreg: an operation registry. Repeated executions of one business operation
 //! converge to one recorded result.
 //!
-//! Layers, outside in: [`grpc`] (transport) → [`registry`] (use cases) →
-//! [`domain`] (pure rules) and [`store`] (SQL). [`app`] wires them;
-//! [`embedded`] runs PostgreSQL when no database is configured.
+//! Layers, outside in: [`grpc`] (transport, with [`access`]: who may call
+//! what) → [`registry`] (use cases) → [`domain`] (pure rules) and [`store`]
+//! (SQL). [`app`] wires them; [`embedded`] runs PostgreSQL when no database
+//! is configured.
 
+pub mod access;
 pub mod app;
 pub mod config;
 pub mod domain;

@@ -16,7 +16,6 @@ use serde_json::json;
 use sqlx::Connection;
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
 use tonic_types::StatusExt;
 
 fn lookup(key: &str) -> pb::LookupRequest {
@@ -28,18 +27,7 @@ fn lookup(key: &str) -> pb::LookupRequest {
 }
 
 async fn serving(app: &TestApp) -> Option<ServingStatus> {
-    let channel = tonic::transport::Endpoint::from_shared(app.endpoint.clone())
-        .ok()?
-        .connect()
-        .await
-        .ok()?;
-    let answer = HealthClient::new(channel)
-        .check(tonic_health::pb::HealthCheckRequest {
-            service: "opreg.v1.OperationRegistry".into(),
-        })
-        .await
-        .ok()?;
-    Some(answer.into_inner().status())
+    app.health("opreg.v1.OperationRegistry").await
 }
 
 async fn until_health(app: &TestApp, expected: ServingStatus, within: Duration) -> Duration {

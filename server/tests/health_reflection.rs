@@ -1,4 +1,5 @@
-//! Health follows the database and the drain; reflection serves the contract.
+//! Health follows the database and the drain, over gRPC and over the plain-HTTP
+//! probes (`/readyz`, `/livez`); reflection serves the contract.
 
 mod common;
 
@@ -51,6 +52,7 @@ async fn health_is_serving_while_the_database_answers_and_not_serving_once_drain
     for service in ["", "opreg.v1.OperationRegistry"] {
         wait_for_status(&app.endpoint, service, ServingStatus::Serving).await;
     }
+    assert_eq!(http_status(app.metrics_addr, "/readyz").await, 200);
     app.begin_shutdown();
     // During the shutdown delay the server still answers, but reports NOT_SERVING.
     wait_for_status(&app.endpoint, "", ServingStatus::NotServing).await;
@@ -60,6 +62,8 @@ async fn health_is_serving_while_the_database_answers_and_not_serving_once_drain
             .unwrap(),
         ServingStatus::NotServing
     );
+    assert_eq!(http_status(app.metrics_addr, "/readyz").await, 503);
+    assert_eq!(http_status(app.metrics_addr, "/livez").await, 200);
 }
 
 #[tokio::test]
@@ -76,6 +80,9 @@ async fn health_is_not_serving_when_the_database_is_unreachable() {
     );
     let scrape = scrape(app.metrics_addr).await;
     assert_eq!(scrape.value("opreg_store_up", &[]), 0.0);
+    // Out of rotation, not restarted.
+    assert_eq!(http_status(app.metrics_addr, "/readyz").await, 503);
+    assert_eq!(http_status(app.metrics_addr, "/livez").await, 200);
 }
 
 #[tokio::test]

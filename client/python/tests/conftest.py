@@ -61,7 +61,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-def _start(binary: Path, data_root: Path, attempt: int) -> Server | None:
+def _start(binary: Path, data_root: Path, attempt: int, extra_env: dict[str, str] | None = None) -> Server | None:
     port = free_port()
     log = data_root / f"server-{attempt}.log"
     env = dict(os.environ)
@@ -73,6 +73,7 @@ def _start(binary: Path, data_root: Path, attempt: int) -> Server | None:
         OPREG_SHUTDOWN_GRACE="5s",
         NO_COLOR="1",
     )
+    env.update(extra_env or {})
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [str(binary)], env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
@@ -91,18 +92,20 @@ def _start(binary: Path, data_root: Path, attempt: int) -> Server | None:
     raise RuntimeError(f"opreg-server did not listen within {START_TIMEOUT}s:\n{log.read_text(errors='replace')}")
 
 
-@pytest.fixture(scope="session")
-def server() -> Iterator[Server]:
+def run_server(extra_env: Callable[[Path], dict[str, str]] | None = None) -> Iterator[Server]:
+    """A real opreg-server over its own embedded PostgreSQL, stopped after use.
+    ``extra_env`` gives more settings from the server's scratch directory."""
     binary = Path(os.environ.get("OPREG_SERVER_BIN") or REPO / "target" / "debug" / "opreg-server")
     if not binary.is_file():
         pytest.fail(f"no opreg-server at {binary}: build it (cargo build -p opreg-server) or set OPREG_SERVER_BIN")
     data_root = Path(tempfile.mkdtemp(prefix="opreg-pytest-"))
     # As root the embedded PostgreSQL runs as another user that must traverse this.
     data_root.chmod(0o755)
+    settings = extra_env(data_root) if extra_env else None
     running: Server | None = None
     try:
         for attempt in range(3):
-            running = _start(binary, data_root, attempt)
+            running = _start(binary, data_root, attempt, settings)
             if running is not None:
                 break
         if running is None:
@@ -112,6 +115,11 @@ def server() -> Iterator[Server]:
         if running is not None:
             _stop(running.process)
         shutil.rmtree(data_root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[Server]:
+    yield from run_server()
 
 
 @pytest.fixture

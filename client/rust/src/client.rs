@@ -1,6 +1,10 @@
-//! One typed method per RPC over the generated stub.
+//! One typed method per RPC over the generated stub, on a channel that may
+//! speak TLS and carry an API key.
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic_types::{ErrorInfo, StatusExt};
 
 use crate::error::Error;
@@ -11,40 +15,157 @@ use crate::proto::operation_registry_client::OperationRegistryClient;
 /// The `ErrorInfo` domain of opreg's errors.
 pub const ERROR_DOMAIN: &str = "opreg";
 
+/// How to reach a server that is secured: TLS trust, a client certificate
+/// for mutual TLS, an API key. TLS applies to `https://` endpoints.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectOptions {
+    ca_certificate: Option<Vec<u8>>,
+    client_identity: Option<(Vec<u8>, Vec<u8>)>,
+    tls_server_name: Option<String>,
+    credentials: Credentials,
+}
+
+impl ConnectOptions {
+    /// PEM CA certificates the server's certificate must chain to; without
+    /// them an `https://` endpoint is checked against the system's roots.
+    pub fn ca_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.ca_certificate = Some(pem.into());
+        self
+    }
+
+    /// A PEM client certificate and its key, for servers that require mutual TLS.
+    pub fn client_identity(
+        mut self,
+        certificate: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.client_identity = Some((certificate.into(), key.into()));
+        self
+    }
+
+    /// The name the server's certificate must carry, when it is not the endpoint's host.
+    pub fn tls_server_name(mut self, name: impl Into<String>) -> Self {
+        self.tls_server_name = Some(name.into());
+        self
+    }
+
+    /// An API key, sent as `authorization: Bearer <key>` on every call.
+    pub fn api_key(
+        mut self,
+        key: &str,
+    ) -> Result<Self, tonic::metadata::errors::InvalidMetadataValue> {
+        let mut value: MetadataValue<Ascii> = format!("Bearer {key}").parse()?;
+        value.set_sensitive(true);
+        self.credentials = Credentials(Some(value));
+        Ok(self)
+    }
+
+    fn endpoint(&self, endpoint: String) -> Result<Endpoint, tonic::transport::Error> {
+        let secure = endpoint.starts_with("https://");
+        let endpoint = Endpoint::from_shared(endpoint)?.tcp_nodelay(true);
+        if !secure {
+            return Ok(endpoint);
+        }
+        let mut tls = ClientTlsConfig::new();
+        tls = match &self.ca_certificate {
+            Some(pem) => tls.ca_certificate(Certificate::from_pem(pem)),
+            None => tls.with_native_roots(),
+        };
+        if let Some((certificate, key)) = &self.client_identity {
+            tls = tls.identity(Identity::from_pem(certificate, key));
+        }
+        if let Some(name) = &self.tls_server_name {
+            tls = tls.domain_name(name.clone());
+        }
+        endpoint.tls_config(tls)
+    }
+}
+
+/// Adds the API key, when there is one, to every call.
+#[derive(Clone, Default)]
+pub struct Credentials(Option<MetadataValue<Ascii>>);
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = if self.0.is_some() { "api key" } else { "none" };
+        f.debug_tuple("Credentials").field(&shown).finish()
+    }
+}
+
+impl Interceptor for Credentials {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// The channel every call of a [`Client`] travels on.
+pub type Transport = InterceptedService<Channel, Credentials>;
+
 /// A cheap-to-clone opreg client.
 #[derive(Clone, Debug)]
 pub struct Client {
-    inner: OperationRegistryClient<Channel>,
-    channel: Channel,
+    inner: OperationRegistryClient<Transport>,
+    transport: Transport,
 }
 
 impl Client {
     /// Connects to `endpoint`, e.g. `http://127.0.0.1:50051`.
     pub async fn connect(endpoint: impl Into<String>) -> Result<Self, tonic::transport::Error> {
-        let channel = Endpoint::from_shared(endpoint.into())?
-            .tcp_nodelay(true)
-            .connect()
-            .await?;
-        Ok(Self::new(channel))
+        Self::connect_with(endpoint, &ConnectOptions::default()).await
+    }
+
+    /// Connects with TLS settings and credentials, e.g. to `https://opreg:50051`.
+    pub async fn connect_with(
+        endpoint: impl Into<String>,
+        options: &ConnectOptions,
+    ) -> Result<Self, tonic::transport::Error> {
+        let channel = options.endpoint(endpoint.into())?.connect().await?;
+        Ok(Self::with_credentials(channel, options.credentials.clone()))
     }
 
     /// A client over a channel that connects on first use, so a server that is
     /// not up yet shows as `Unavailable` instead of failing here.
     pub fn connect_lazy(endpoint: impl Into<String>) -> Result<Self, tonic::transport::Error> {
-        Ok(Self::new(
-            Endpoint::from_shared(endpoint.into())?.connect_lazy(),
-        ))
+        Self::connect_lazy_with(endpoint, &ConnectOptions::default())
     }
 
+    pub fn connect_lazy_with(
+        endpoint: impl Into<String>,
+        options: &ConnectOptions,
+    ) -> Result<Self, tonic::transport::Error> {
+        let channel = options.endpoint(endpoint.into())?.connect_lazy();
+        Ok(Self::with_credentials(channel, options.credentials.clone()))
+    }
+
+    /// A client over a channel built elsewhere, without an API key.
     pub fn new(channel: Channel) -> Self {
+        Self::with_credentials(channel, Credentials::default())
+    }
+
+    fn with_credentials(channel: Channel, credentials: Credentials) -> Self {
+        let transport = InterceptedService::new(channel, credentials);
         Self {
-            inner: OperationRegistryClient::new(channel.clone()),
-            channel,
+            inner: OperationRegistryClient::new(transport.clone()),
+            transport,
         }
     }
 
+    /// The channel with this client's credentials, for other generated stubs
+    /// (e.g. `OperationAdminClient::new(client.transport())`).
+    pub fn transport(&self) -> Transport {
+        self.transport.clone()
+    }
+
     /// The generated stub, for what the typed methods do not cover.
-    pub fn into_inner(self) -> OperationRegistryClient<Channel> {
+    pub fn into_inner(self) -> OperationRegistryClient<Transport> {
         self.inner
     }
 
@@ -91,7 +212,7 @@ impl Client {
     /// The operator's service on the same connection.
     pub fn admin(&self) -> AdminClient {
         AdminClient {
-            inner: OperationAdminClient::new(self.channel.clone()),
+            inner: OperationAdminClient::new(self.transport.clone()),
         }
     }
 }
@@ -100,7 +221,7 @@ impl Client {
 /// actions on operations the registry cannot settle by itself.
 #[derive(Clone, Debug)]
 pub struct AdminClient {
-    inner: OperationAdminClient<Channel>,
+    inner: OperationAdminClient<Transport>,
 }
 
 impl AdminClient {

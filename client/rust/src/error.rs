@@ -46,6 +46,19 @@ pub enum Error {
         message: String,
         retry_after: Option<std::time::Duration>,
     },
+    /// The server's policy knows no such credentials: give an API key or a
+    /// client certificate it names. Not retryable.
+    #[error("unauthenticated: {message}")]
+    Unauthenticated { message: String },
+    /// The principal lacks `role` in `namespace`. Not retryable.
+    #[error(
+        "permission denied: principal {principal:?} lacks the {role} role in namespace {namespace:?}"
+    )]
+    PermissionDenied {
+        principal: String,
+        namespace: String,
+        role: String,
+    },
     /// The request message is larger than the method accepts; not retryable.
     #[error("the request is larger than the {limit} bytes the server accepts for it")]
     MessageTooLarge { limit: usize },
@@ -126,6 +139,14 @@ impl From<tonic::Status> for Error {
                             .collect()
                     })
                     .unwrap_or_default(),
+            },
+            "UNAUTHENTICATED" => Error::Unauthenticated {
+                message: status.message().to_owned(),
+            },
+            "PERMISSION_DENIED" => Error::PermissionDenied {
+                principal: meta("principal"),
+                namespace: meta("namespace"),
+                role: meta("role"),
             },
             "MESSAGE_TOO_LARGE" => Error::MessageTooLarge {
                 limit: meta("limit").parse().unwrap_or_default(),

@@ -16,7 +16,10 @@ mod error;
 mod run_once;
 mod worker;
 
-pub use client::{AdminClient, Client, ERROR_DOMAIN, error_info, error_reason};
+pub use client::{
+    AdminClient, Client, ConnectOptions, Credentials, ERROR_DOMAIN, Transport, error_info,
+    error_reason,
+};
 pub use error::Error;
 pub use opreg_proto::v1 as proto;
 pub use opreg_proto::v1::operation_admin_client::OperationAdminClient;
@@ -29,7 +32,7 @@ pub use worker::{Worker, WorkerReport, operation_kind};
 pub async fn connect(
     endpoint: impl Into<String>,
 ) -> Result<OperationRegistryClient<tonic::transport::Channel>, tonic::transport::Error> {
-    Ok(Client::connect(endpoint).await?.into_inner())
+    OperationRegistryClient::connect(endpoint.into()).await
 }
 
 /// Builds `ClaimRequest.parameters` from JSON. Integers beyond 2^53 lose

@@ -61,8 +61,23 @@ export interface CallOptions {
   timeoutMs?: number;
 }
 
+/** TLS to a server that serves it (OPREG_TLS_CERT); PEM text or bytes. */
+export interface TlsOptions {
+  /** CA certificates the server's certificate must chain to; default: the system's roots. */
+  caCertificate?: string | Buffer;
+  /** A client certificate and its key, for a server that requires mutual TLS. */
+  clientCertificate?: string | Buffer;
+  clientKey?: string | Buffer;
+  /** The name the server's certificate must carry, when it is not the address's host. */
+  serverName?: string;
+}
+
 export interface OpregClientOptions {
-  /** Default: insecure (plaintext), as the server listens. */
+  /** TLS settings; also implied by an `https://` address. */
+  tls?: TlsOptions;
+  /** Sent as `authorization: Bearer <key>` on every call. */
+  apiKey?: string;
+  /** Channel credentials, replacing `tls`. Default: plaintext, unless `tls` or `https://`. */
   credentials?: ChannelCredentials;
   /** grpc-js client options, e.g. `interceptors` or channel arguments. */
   clientOptions?: Partial<ClientOptions>;
@@ -131,18 +146,36 @@ export class OpregClient {
   /** The generated OperationAdmin stub; it shares `stub`'s channel. */
   readonly adminStub: OperationAdminClient;
   private readonly defaultTimeoutMs: number | undefined;
+  private readonly authorization: string | undefined;
 
-  /** `address` is `host:port`; a leading `http://` is accepted and ignored. */
+  /**
+   * `address` is `host:port`; a leading `http://` is accepted and ignored, a
+   * leading `https://` turns TLS on (as `tls` does).
+   */
   constructor(address: string, options: OpregClientOptions = {}) {
-    const target = address.replace(/^http:\/\//, "");
-    const credentials = options.credentials ?? grpcCredentials.createInsecure();
+    const secure = address.startsWith("https://") || options.tls !== undefined;
+    const target = address.replace(/^https?:\/\//, "");
+    const tls = options.tls ?? {};
+    if ((tls.clientCertificate === undefined) !== (tls.clientKey === undefined)) {
+      throw new TypeError("give tls.clientCertificate and tls.clientKey together");
+    }
+    const pem = (value: string | Buffer | undefined) =>
+      value === undefined ? null : Buffer.isBuffer(value) ? value : Buffer.from(value);
+    const credentials =
+      options.credentials ??
+      (secure
+        ? grpcCredentials.createSsl(pem(tls.caCertificate), pem(tls.clientKey), pem(tls.clientCertificate))
+        : grpcCredentials.createInsecure());
+    const clientOptions: Partial<ClientOptions> = { ...options.clientOptions };
+    if (tls.serverName !== undefined) clientOptions["grpc.ssl_target_name_override"] = tls.serverName;
     // grpc-js deletes some keys from the options it is given: each stub gets a copy.
-    this.stub = new OperationRegistryClient(target, credentials, { ...options.clientOptions });
+    this.stub = new OperationRegistryClient(target, credentials, { ...clientOptions });
     this.adminStub = new OperationAdminClient(target, credentials, {
-      ...options.clientOptions,
+      ...clientOptions,
       channelOverride: this.stub.getChannel(),
     });
     this.defaultTimeoutMs = options.defaultTimeoutMs;
+    this.authorization = options.apiKey === undefined ? undefined : `Bearer ${options.apiKey}`;
   }
 
   /** Closes the channel (both stubs). */
@@ -265,7 +298,9 @@ export class OpregClient {
       const deadline = effectiveDeadline(options, this.defaultTimeoutMs);
       if (deadline !== undefined) callOptions.deadline = deadline;
       let onAbort: (() => void) | undefined;
-      const call = method.call(stub, request, new Metadata(), callOptions, (error, response) => {
+      const metadata = new Metadata();
+      if (this.authorization !== undefined) metadata.set("authorization", this.authorization);
+      const call = method.call(stub, request, metadata, callOptions, (error, response) => {
         if (onAbort !== undefined) signal?.removeEventListener("abort", onAbort);
         if (error === null) resolve(response);
         else if (signal?.aborted && error.code === GrpcStatus.CANCELLED) reject(abortReason(signal));

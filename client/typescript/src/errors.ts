@@ -224,6 +224,27 @@ export class MessageTooLargeError extends OpregError {
   }
 }
 
+/**
+ * UNAUTHENTICATED: the server's policy knows no such credentials. Give an API
+ * key (`apiKey`) or a client certificate it names. Never retried.
+ */
+export class UnauthenticatedError extends OpregError {}
+
+/** PERMISSION_DENIED: the principal lacks `role` in `namespace`. Never retried. */
+export class PermissionDeniedError extends OpregError {
+  readonly principal: string;
+  readonly namespace: string;
+  /** The role the call needed: reader, worker or admin. */
+  readonly role: string;
+
+  constructor(init: OpregErrorInit) {
+    super(init);
+    this.principal = this.metadata["principal"] ?? "";
+    this.namespace = this.metadata["namespace"] ?? "";
+    this.role = this.metadata["role"] ?? "";
+  }
+}
+
 /** INTERNAL (or any other code without a more specific class). */
 export class InternalError extends OpregError {}
 
@@ -341,6 +362,8 @@ const BY_REASON: Record<string, new (init: OpregErrorInit) => OpregError> = {
   OPERATION_BUSY: OperationBusyError,
   DEADLINE_EXCEEDED: DeadlineExceededError,
   MESSAGE_TOO_LARGE: MessageTooLargeError,
+  UNAUTHENTICATED: UnauthenticatedError,
+  PERMISSION_DENIED: PermissionDeniedError,
   INTERNAL: InternalError,
 };
 
@@ -351,6 +374,8 @@ const BY_CODE: Partial<Record<number, new (init: OpregErrorInit) => OpregError>>
   [GrpcStatus.INVALID_ARGUMENT]: InvalidArgumentError,
   [GrpcStatus.UNAVAILABLE]: UnavailableError,
   [GrpcStatus.DEADLINE_EXCEEDED]: DeadlineExceededError,
+  [GrpcStatus.UNAUTHENTICATED]: UnauthenticatedError,
+  [GrpcStatus.PERMISSION_DENIED]: PermissionDeniedError,
   [GrpcStatus.INTERNAL]: InternalError,
 };
 

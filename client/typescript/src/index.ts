@@ -5,6 +5,7 @@ export {
   type CallOptions,
   type ListOperationsQuery,
   type OpregClientOptions,
+  type TlsOptions,
   type UnfinishedStatus,
 } from "./client";
 export { runOnce, type RetryPolicyOptions, type RunOnceOptions, type RunOnceResult } from "./runOnce";

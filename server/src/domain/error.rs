@@ -55,6 +55,16 @@ pub enum RegistryError {
         current: super::operation::Status,
         held: bool,
     },
+    #[error(
+        "this call needs credentials the server's policy knows: an API key (authorization: Bearer <key>) or a TLS client certificate"
+    )]
+    Unauthenticated,
+    #[error("principal {principal:?} lacks the {role} role in namespace {namespace:?}")]
+    PermissionDenied {
+        principal: String,
+        namespace: String,
+        role: &'static str,
+    },
     #[error("no such operation")]
     OperationNotFound,
     #[error("no such resource")]

@@ -76,6 +76,12 @@ pub fn check_required_text(
     check_text(field, value, max_bytes)
 }
 
+/// `value` cut to at most `max_bytes` at a character boundary, for echoing a
+/// caller's text back in an error without echoing all of it.
+pub fn truncated(value: &str, max_bytes: usize) -> String {
+    value[..value.floor_char_boundary(max_bytes.min(value.len()))].to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +103,11 @@ mod tests {
         assert!(check_text("m", "a\0", 4).is_err());
         assert!(check_text("m", "abcde", 4).is_err());
         assert!(check_required_text("o", "", 4).is_err());
+    }
+
+    #[test]
+    fn truncation_keeps_whole_characters() {
+        assert_eq!(truncated("ééé", 3), "é");
+        assert_eq!(truncated("ab", 128), "ab");
     }
 }

@@ -5,7 +5,8 @@ use opreg_proto::v1 as pb;
 use opreg_proto::v1::operation_admin_server::{OperationAdmin, OperationAdminServer};
 use tonic::{Request, Response, Status};
 
-use super::{RequestLimits, reply, requests, responses};
+use super::{RequestLimits, authorize, reply, requests, responses};
+use crate::access::Role;
 use crate::registry::Registry;
 
 #[derive(Clone, Debug)]
@@ -32,6 +33,7 @@ impl OperationAdmin for AdminService {
         &self,
         request: Request<pb::ListOperationsRequest>,
     ) -> Result<Response<pb::ListOperationsResponse>, Status> {
+        authorize(&request, Role::Reader, &request.get_ref().namespace)?;
         let page = async {
             self.registry
                 .list(&requests::list_operations(request.into_inner())?)
@@ -46,8 +48,10 @@ impl OperationAdmin for AdminService {
         &self,
         request: Request<pb::ResolveOperationRequest>,
     ) -> Result<Response<pb::ResolveOperationResponse>, Status> {
+        let caller = authorize(&request, Role::Admin, &request.get_ref().namespace)?;
         let change = async {
-            let (target, command) = requests::resolve(request.into_inner(), &self.limits)?;
+            let (mut target, command) = requests::resolve(request.into_inner(), &self.limits)?;
+            target.actor.principal = caller.name().to_owned();
             self.registry.act(&target, &command).await
         }
         .await;
@@ -59,8 +63,10 @@ impl OperationAdmin for AdminService {
         &self,
         request: Request<pb::RequeueOperationRequest>,
     ) -> Result<Response<pb::RequeueOperationResponse>, Status> {
+        let caller = authorize(&request, Role::Admin, &request.get_ref().namespace)?;
         let change = async {
-            let (target, command) = requests::requeue(request.into_inner(), &self.limits)?;
+            let (mut target, command) = requests::requeue(request.into_inner(), &self.limits)?;
+            target.actor.principal = caller.name().to_owned();
             self.registry.act(&target, &command).await
         }
         .await;
@@ -72,8 +78,10 @@ impl OperationAdmin for AdminService {
         &self,
         request: Request<pb::HoldOperationRequest>,
     ) -> Result<Response<pb::HoldOperationResponse>, Status> {
+        let caller = authorize(&request, Role::Admin, &request.get_ref().namespace)?;
         let change = async {
-            let (target, command) = requests::hold(request.into_inner())?;
+            let (mut target, command) = requests::hold(request.into_inner())?;
+            target.actor.principal = caller.name().to_owned();
             self.registry.act(&target, &command).await
         }
         .await;
@@ -85,8 +93,10 @@ impl OperationAdmin for AdminService {
         &self,
         request: Request<pb::ReleaseOperationRequest>,
     ) -> Result<Response<pb::ReleaseOperationResponse>, Status> {
+        let caller = authorize(&request, Role::Admin, &request.get_ref().namespace)?;
         let change = async {
-            let (target, command) = requests::release(request.into_inner())?;
+            let (mut target, command) = requests::release(request.into_inner())?;
+            target.actor.principal = caller.name().to_owned();
             self.registry.act(&target, &command).await
         }
         .await;

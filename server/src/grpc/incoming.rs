@@ -1,9 +1,12 @@
 //! Accepted connections, bounded: at most `max_connections` open at once (the
-//! rest are closed as they arrive), each closed unless its HTTP/2 preface
-//! arrives within the handshake timeout, and accept errors (file descriptors
-//! exhausted) logged and backed off instead of spun on.
+//! rest are closed as they arrive), each closed unless its TLS handshake (when
+//! TLS is on) and its HTTP/2 preface complete within the handshake timeout,
+//! and accept errors (file descriptors exhausted) logged and backed off
+//! instead of spun on. TLS handshakes run in their own tasks, so a slow one
+//! never holds up the next accept.
 
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -11,11 +14,15 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::Sleep;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::time::{Instant, Sleep};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
 use tokio_stream::Stream;
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tokio_util::either::Either;
+use tonic::transport::server::Connected;
 
+use crate::access::tls::{TlsConfig, certificate_identities};
 use crate::telemetry::metrics;
 
 /// The client connection preface every HTTP/2 connection starts with.
@@ -24,28 +31,35 @@ const PREFACE_BYTES: usize = 24;
 /// How long accepting pauses after an accept error, e.g. no file descriptors left.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// Connections accepted but not yet taken by the server.
+const ACCEPTED_QUEUE: usize = 64;
+
 #[derive(Clone, Copy, Debug)]
 pub struct ConnectionLimits {
     pub max_connections: usize,
     pub handshake_timeout: Duration,
 }
 
+/// Who is at the other end of a connection, as every call on it sees it.
+#[derive(Clone, Debug)]
+pub struct ConnectionInfo {
+    pub remote: Option<SocketAddr>,
+    /// The URI and DNS names of the client certificate TLS verified; empty
+    /// without mutual TLS.
+    pub tls_identities: Arc<[String]>,
+}
+
 /// The listener as a stream of bounded connections, for `serve_with_incoming`.
+/// Dropping it stops accepting and closes the listener.
 pub struct Incoming {
-    listener: TcpListener,
-    open: Arc<Semaphore>,
-    handshake_timeout: Duration,
-    paused: Option<Pin<Box<Sleep>>>,
+    accepted: mpsc::Receiver<io::Result<Bounded>>,
 }
 
 impl Incoming {
-    pub fn new(listener: TcpListener, limits: ConnectionLimits) -> Self {
-        Self {
-            listener,
-            open: Arc::new(Semaphore::new(limits.max_connections)),
-            handshake_timeout: limits.handshake_timeout,
-            paused: None,
-        }
+    pub fn new(listener: TcpListener, limits: ConnectionLimits, tls: Option<TlsConfig>) -> Self {
+        let (sender, accepted) = mpsc::channel(ACCEPTED_QUEUE);
+        tokio::spawn(accept_forever(listener, limits, tls, sender));
+        Self { accepted }
     }
 }
 
@@ -53,45 +67,115 @@ impl Stream for Incoming {
     type Item = io::Result<Bounded>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        loop {
-            if let Some(pause) = self.paused.as_mut() {
-                if pause.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                self.paused = None;
-            }
-            let (stream, peer) = match self.listener.poll_accept(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok(accepted)) => accepted,
-                Poll::Ready(Err(error)) => {
-                    tracing::warn!(%error, "cannot accept a connection; pausing");
-                    self.paused = Some(Box::pin(tokio::time::sleep(ACCEPT_BACKOFF)));
-                    continue;
-                }
-            };
-            let Ok(permit) = Arc::clone(&self.open).try_acquire_owned() else {
-                metrics::connection_refused();
-                tracing::debug!(%peer, "connection limit reached; closing a new connection");
-                continue;
-            };
-            let _ = stream.set_nodelay(true);
-            return Poll::Ready(Some(Ok(Bounded {
-                inner: stream,
-                _permit: permit,
-                handshake: Some(Box::pin(tokio::time::sleep(self.handshake_timeout))),
-                preface_read: 0,
-            })));
-        }
+        self.accepted.poll_recv(cx)
     }
 }
 
+async fn accept_forever(
+    listener: TcpListener,
+    limits: ConnectionLimits,
+    tls: Option<TlsConfig>,
+    sender: mpsc::Sender<io::Result<Bounded>>,
+) {
+    let open = Arc::new(Semaphore::new(limits.max_connections));
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = sender.closed() => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!(%error, "cannot accept a connection; pausing");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
+            metrics::connection_refused();
+            tracing::debug!(%peer, "connection limit reached; closing a new connection");
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let deadline = Instant::now() + limits.handshake_timeout;
+        let Some(tls) = &tls else {
+            let plain = Bounded::new(Either::Left(stream), permit, deadline, peer, Vec::new());
+            if sender.send(Ok(plain)).await.is_err() {
+                return;
+            }
+            continue;
+        };
+        let acceptor = TlsAcceptor::from(tls.current());
+        let sender = sender.clone();
+        tokio::spawn(async move {
+            let stream = match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => {
+                    metrics::tls_handshake_failed();
+                    tracing::debug!(%peer, %error, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    metrics::tls_handshake_failed();
+                    tracing::debug!(%peer, "no TLS handshake within the handshake timeout");
+                    return;
+                }
+            };
+            let identities = client_identities(&stream);
+            let secured = Bounded::new(
+                Either::Right(Box::new(stream)),
+                permit,
+                deadline,
+                peer,
+                identities,
+            );
+            let _ = sender.send(Ok(secured)).await;
+        });
+    }
+}
+
+/// The names of the verified client certificate, if one was presented.
+fn client_identities(stream: &TlsStream<TcpStream>) -> Vec<String> {
+    stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(certificate_identities)
+        .unwrap_or_default()
+}
+
+type Transport = Either<TcpStream, Box<TlsStream<TcpStream>>>;
+
 /// A connection that holds one of the open-connection permits while it lives.
 pub struct Bounded {
-    inner: TcpStream,
+    inner: Transport,
     _permit: OwnedSemaphorePermit,
     /// Runs until the preface has arrived; then `None`.
     handshake: Option<Pin<Box<Sleep>>>,
     preface_read: usize,
+    info: ConnectionInfo,
+}
+
+impl Bounded {
+    fn new(
+        inner: Transport,
+        permit: OwnedSemaphorePermit,
+        handshake_deadline: Instant,
+        peer: SocketAddr,
+        tls_identities: Vec<String>,
+    ) -> Self {
+        Self {
+            inner,
+            _permit: permit,
+            handshake: Some(Box::pin(tokio::time::sleep_until(handshake_deadline))),
+            preface_read: 0,
+            info: ConnectionInfo {
+                remote: Some(peer),
+                tls_identities: tls_identities.into(),
+            },
+        }
+    }
 }
 
 impl AsyncRead for Bounded {
@@ -152,9 +236,9 @@ impl AsyncWrite for Bounded {
 }
 
 impl Connected for Bounded {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = ConnectionInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
+        self.info.clone()
     }
 }

@@ -2,6 +2,7 @@
 //! registry, and map its one error type to statuses.
 
 mod admin;
+mod authenticate;
 mod edge;
 mod incoming;
 mod requests;
@@ -12,13 +13,15 @@ use opreg_proto::v1 as pb;
 use opreg_proto::v1::operation_registry_server::{OperationRegistry, OperationRegistryServer};
 use tonic::{Request, Response, Status};
 
+use crate::access::{Caller, Role};
 use crate::domain::error::RegistryError;
 use crate::registry::Registry;
 use crate::telemetry::metrics;
 
 pub use admin::AdminService;
+pub use authenticate::AuthenticateLayer;
 pub use edge::{EdgeLayer, MessageLimits};
-pub use incoming::{ConnectionLimits, Incoming};
+pub use incoming::{ConnectionInfo, ConnectionLimits, Incoming};
 pub use requests::{ParameterLimits, RequestLimits};
 
 /// `opreg.v1.OperationRegistry` over a [`Registry`].
@@ -63,6 +66,27 @@ pub fn message_limits(limits: &RequestLimits) -> MessageLimits {
         .with(REGISTRY, &["Claim"], claim)
 }
 
+/// The caller [`AuthenticateLayer`] found, if it holds `needed` in
+/// `namespace`. Every handler asks first, before it converts the request.
+fn authorize<T>(request: &Request<T>, needed: Role, namespace: &str) -> Result<Caller, Status> {
+    // Absent only if the layer is not in front of the service: refuse.
+    let caller = request
+        .extensions()
+        .get::<Caller>()
+        .cloned()
+        .ok_or_else(|| to_status_counted(&RegistryError::Unauthenticated, "unauthenticated"))?;
+    caller.authorize(needed, namespace).map_err(|refusal| {
+        tracing::info!(%refusal, "call refused by the access policy");
+        to_status_counted(&refusal, "permission_denied")
+    })?;
+    Ok(caller)
+}
+
+fn to_status_counted(refusal: &RegistryError, reason: &'static str) -> Status {
+    metrics::auth_refused(reason);
+    status::to_status(refusal)
+}
+
 fn reply<T, U>(
     result: Result<T, RegistryError>,
     into: impl FnOnce(T) -> U,
@@ -84,6 +108,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::ClaimRequest>,
     ) -> Result<Response<pb::ClaimResponse>, Status> {
+        authorize(&request, Role::Worker, &request.get_ref().namespace)?;
         let namespace = request.get_ref().namespace.clone();
         let answer = async {
             self.registry
@@ -115,6 +140,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
+        authorize(&request, Role::Worker, &request.get_ref().namespace)?;
         let recorded = async {
             self.registry
                 .complete(&requests::complete(request.into_inner(), &self.limits)?)
@@ -134,6 +160,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::LookupRequest>,
     ) -> Result<Response<pb::LookupResponse>, Status> {
+        authorize(&request, Role::Reader, &request.get_ref().namespace)?;
         let parameters = if request.get_ref().include_parameters {
             responses::Parameters::Included
         } else {
@@ -153,6 +180,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::RenewResponse>, Status> {
+        authorize(&request, Role::Worker, &request.get_ref().namespace)?;
         let renewed = async {
             self.registry
                 .renew(&requests::renew(request.into_inner(), &self.limits)?)
@@ -169,6 +197,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::FencedWriteRequest>,
     ) -> Result<Response<pb::FencedWriteResponse>, Status> {
+        authorize(&request, Role::Worker, &request.get_ref().namespace)?;
         let written = async {
             self.registry
                 .fenced_write(&requests::fenced_write(request.into_inner(), &self.limits)?)
@@ -186,6 +215,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::GetResourceRequest>,
     ) -> Result<Response<pb::GetResourceResponse>, Status> {
+        authorize(&request, Role::Reader, &request.get_ref().namespace)?;
         let found = async {
             self.registry
                 .get_resource(&requests::get_resource(request.into_inner())?)
@@ -200,6 +230,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::ClaimDueRequest>,
     ) -> Result<Response<pb::ClaimDueResponse>, Status> {
+        authorize(&request, Role::Worker, &request.get_ref().namespace)?;
         let handed = async {
             self.registry
                 .claim_due(&requests::claim_due(request.into_inner(), &self.limits)?)

@@ -64,6 +64,17 @@ pub fn to_status(error: &RegistryError) -> Status {
             metadata.insert("held".into(), held.to_string());
             (Code::FailedPrecondition, "INVALID_TRANSITION")
         }
+        RegistryError::Unauthenticated => (Code::Unauthenticated, "UNAUTHENTICATED"),
+        RegistryError::PermissionDenied {
+            principal,
+            namespace,
+            role,
+        } => {
+            metadata.insert("principal".into(), principal.clone());
+            metadata.insert("namespace".into(), namespace.clone());
+            metadata.insert("role".into(), (*role).into());
+            (Code::PermissionDenied, "PERMISSION_DENIED")
+        }
         RegistryError::OperationNotFound => (Code::NotFound, "OPERATION_NOT_FOUND"),
         RegistryError::ResourceNotFound => (Code::NotFound, "RESOURCE_NOT_FOUND"),
         RegistryError::StoreUnavailable => (Code::Unavailable, "STORE_UNAVAILABLE"),

@@ -1,12 +1,15 @@
 //! The health probe: one task per replica checks the database every probe
 //! interval on a connection of its own (so a busy pool cannot make a healthy
 //! replica look down), and sets the gRPC health status, `opreg_store_up`, and
-//! the flag that makes calls fail fast while the store is down.
+//! the flag that makes calls fail fast while the store is down. The same
+//! status is readable over plain HTTP on the metrics port (`/readyz`), for
+//! probes that cannot speak gRPC over TLS, such as Kubernetes'.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
+use tokio::sync::watch;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
@@ -22,11 +25,51 @@ pub const HEALTH_SERVICES: [&str; 3] =
 /// during a database outage.
 pub const LIVENESS_SERVICE: &str = "liveness";
 
+/// The replica's serving status, as gRPC health reports it and as `/readyz` does.
+#[derive(Clone, Debug)]
+pub struct Health {
+    reporter: HealthReporter,
+    ready: Arc<watch::Sender<bool>>,
+}
+
+impl Health {
+    /// Starts NOT_SERVING, with the liveness entry SERVING.
+    pub async fn new(reporter: HealthReporter) -> Self {
+        let health = Self {
+            reporter,
+            ready: Arc::new(watch::Sender::new(false)),
+        };
+        health.set(false).await;
+        health
+            .reporter
+            .set_service_status(LIVENESS_SERVICE, ServingStatus::Serving)
+            .await;
+        health
+    }
+
+    pub async fn set(&self, serving: bool) {
+        let status = if serving {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        for service in HEALTH_SERVICES {
+            self.reporter.set_service_status(service, status).await;
+        }
+        self.ready.send_replace(serving);
+    }
+
+    /// Follows the status, for `/readyz`.
+    pub fn ready(&self) -> watch::Receiver<bool> {
+        self.ready.subscribe()
+    }
+}
+
 /// Probes every `interval` until the task is aborted. One probe (connecting
 /// included) may take at most the interval, so an outage shows within two.
 pub async fn probe_forever(
     options: PgConnectOptions,
-    health: HealthReporter,
+    health: Health,
     store_health: Arc<StoreHealth>,
     interval: Duration,
 ) {
@@ -53,17 +96,6 @@ pub async fn probe_forever(
         }
         store_health.set(up);
         metrics::store_up(up);
-        set_health(&health, up).await;
-    }
-}
-
-pub async fn set_health(health: &HealthReporter, serving: bool) {
-    let status = if serving {
-        ServingStatus::Serving
-    } else {
-        ServingStatus::NotServing
-    };
-    for service in HEALTH_SERVICES {
-        health.set_service_status(service, status).await;
+        health.set(up).await;
     }
 }

@@ -40,6 +40,9 @@ pub const MAINTENANCE_LAST_RUN: &str = "opreg_maintenance_last_run_timestamp_sec
 pub const MALFORMED_REQUESTS: &str = "opreg_malformed_requests_total";
 pub const CALLS_SHED: &str = "opreg_calls_shed_total";
 pub const CONNECTIONS_REFUSED: &str = "opreg_connections_refused_total";
+pub const AUTH_REFUSALS: &str = "opreg_auth_refusals_total";
+pub const CONFIG_RELOADS: &str = "opreg_config_reloads_total";
+pub const TLS_HANDSHAKE_FAILURES: &str = "opreg_tls_handshake_failures_total";
 pub const STORE_UP: &str = "opreg_store_up";
 pub const GRPC_STARTED: &str = "grpc_server_started_total";
 pub const GRPC_HANDLED: &str = "grpc_server_handled_total";
@@ -232,6 +235,21 @@ fn describe() {
         STORE_UP,
         Unit::Count,
         "1 when the last health probe reached the database, else 0."
+    );
+    describe_counter!(
+        AUTH_REFUSALS,
+        Unit::Count,
+        "Calls refused by the access policy, by reason (unauthenticated, permission_denied)."
+    );
+    describe_counter!(
+        CONFIG_RELOADS,
+        Unit::Count,
+        "Reloads of the policy or TLS files, by file (policy, tls) and result (ok, error)."
+    );
+    describe_counter!(
+        TLS_HANDSHAKE_FAILURES,
+        Unit::Count,
+        "Connections closed because their TLS handshake failed or timed out."
     );
     describe_counter!(GRPC_STARTED, Unit::Count, "RPCs started on the server.");
     describe_counter!(
@@ -448,6 +466,19 @@ pub fn call_shed() {
 
 pub fn connection_refused() {
     counter!(CONNECTIONS_REFUSED).increment(1);
+}
+
+pub fn auth_refused(reason: &'static str) {
+    counter!(AUTH_REFUSALS, "reason" => reason).increment(1);
+}
+
+pub fn config_reloaded(file: &'static str, ok: bool) {
+    let result = if ok { "ok" } else { "error" };
+    counter!(CONFIG_RELOADS, "file" => file, "result" => result).increment(1);
+}
+
+pub fn tls_handshake_failed() {
+    counter!(TLS_HANDSHAKE_FAILURES).increment(1);
 }
 
 pub fn maintenance_leader(leader: bool) {

@@ -3,6 +3,8 @@
 //! 127.0.0.1:0 reached through the generated client.
 #![allow(dead_code)]
 
+pub mod pki;
+
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -92,16 +94,24 @@ pub async fn lookup_history(client: &mut Client, namespace: &str, key: &str) -> 
 /// Serves `pool` with `config`; the database options are kept for assertions.
 pub async fn serve(config: &Config, pool: PgPool, db_options: PgConnectOptions) -> TestApp {
     let app = Application::build(config, pool).await.unwrap();
-    let endpoint = format!("http://{}", app.local_addr().unwrap());
+    let scheme = if config.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let endpoint = format!("{scheme}://{}", app.local_addr().unwrap());
     let metrics_addr = app.metrics_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(app.serve(async {
         let _ = stopped.await;
     }));
-    let client = opreg_client::connect(endpoint.clone()).await.unwrap();
-    let admin = OperationAdminClient::connect(endpoint.clone())
-        .await
-        .unwrap();
+    // Lazy: a server that speaks TLS or requires credentials is reached
+    // through clients the test builds with them.
+    let plain = tonic::transport::Endpoint::from_shared(endpoint.clone())
+        .unwrap()
+        .connect_lazy();
+    let client = OperationRegistryClient::new(plain.clone());
+    let admin = OperationAdminClient::new(plain);
     let db = PgPoolOptions::new()
         .max_connections(4)
         .connect_lazy_with(db_options.clone());
@@ -122,6 +132,26 @@ impl TestApp {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+    }
+
+    /// The gRPC health status of `service` ("" for the server), on a new
+    /// connection; `None` when the server does not answer.
+    pub async fn health(
+        &self,
+        service: &str,
+    ) -> Option<tonic_health::pb::health_check_response::ServingStatus> {
+        let channel = tonic::transport::Endpoint::from_shared(self.endpoint.clone())
+            .ok()?
+            .connect()
+            .await
+            .ok()?;
+        let answer = tonic_health::pb::health_client::HealthClient::new(channel)
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .ok()?;
+        Some(answer.into_inner().status())
     }
 
     /// Another client with its own HTTP/2 connection.
@@ -451,17 +481,30 @@ fn series_key(name: &str, labels: &[(&str, &str)]) -> String {
     format!("{name}{{{}}}", labels.join(","))
 }
 
-/// Reads the Prometheus text at `http://{addr}/metrics`.
-pub async fn scrape(addr: std::net::SocketAddr) -> Scrape {
+/// One HTTP/1.1 GET of `path` on the metrics port: the head and the body.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: opreg\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: opreg\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
     let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    (head.to_owned(), body.to_owned())
+}
+
+/// The status code of `GET path` on the metrics port.
+pub async fn http_status(addr: std::net::SocketAddr, path: &str) -> u16 {
+    let (head, _) = http_get(addr, path).await;
+    head.split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap()
+}
+
+/// Reads the Prometheus text at `http://{addr}/metrics`.
+pub async fn scrape(addr: std::net::SocketAddr) -> Scrape {
+    let (head, body) = http_get(addr, "/metrics").await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(
         !head

@@ -46,8 +46,11 @@ class ClientBase(Generic[ChannelT]):
 
     _channels: Any
 
-    def __init__(self, channel: ChannelT, *, timeout: float | None = None) -> None:
+    def __init__(self, channel: ChannelT, *, timeout: float | None = None, api_key: str | None = None) -> None:
         self._channel = channel
+        # Sent with every call rather than as call credentials, which gRPC
+        # refuses on a plaintext channel (a loopback server with a policy).
+        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
         # One channel for both services: OperationAdmin is a separate service so
         # that access to it can be granted apart, not a separate endpoint.
         self._stubs: dict[str, Any] = {
@@ -61,18 +64,40 @@ class ClientBase(Generic[ChannelT]):
         cls: type[C],
         target: str,
         *,
+        tls: bool = False,
+        ca_certificate: bytes | None = None,
+        client_certificate: bytes | None = None,
+        client_key: bytes | None = None,
+        tls_server_name: str | None = None,
+        api_key: str | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS,
         timeout: float | None = None,
     ) -> C:
-        """A client on a new channel to ``target`` (``host:port``); plaintext
-        unless ``credentials`` are given. Close it with :meth:`close` (awaited
-        for an :class:`opreg.AsyncClient`)."""
+        """A client on a new channel to ``target`` (``host:port``). Plaintext
+        unless ``tls`` is set or TLS material is given: ``ca_certificate`` (PEM;
+        default: the system's roots), ``client_certificate`` and ``client_key``
+        (PEM, for mutual TLS), ``tls_server_name`` (when the server's
+        certificate names another host). ``api_key`` is sent as
+        ``authorization: Bearer <key>`` on every call. ``credentials`` replaces
+        all TLS settings. Close it with :meth:`close` (awaited for an
+        :class:`opreg.AsyncClient`)."""
+        options = list(options)
+        if (client_certificate is None) != (client_key is None):
+            raise ValueError("give client_certificate and client_key together")
+        if credentials is None and (tls or ca_certificate or client_certificate or tls_server_name):
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=ca_certificate,
+                private_key=client_key,
+                certificate_chain=client_certificate,
+            )
+        if tls_server_name:
+            options.append(("grpc.ssl_target_name_override", tls_server_name))
         if credentials is None:
-            channel = cls._channels.insecure_channel(target, options=list(options))
+            channel = cls._channels.insecure_channel(target, options=options)
         else:
-            channel = cls._channels.secure_channel(target, credentials, options=list(options))
-        return cls(channel, timeout=timeout)
+            channel = cls._channels.secure_channel(target, credentials, options=options)
+        return cls(channel, timeout=timeout, api_key=api_key)
 
     @property
     def channel(self) -> ChannelT:
@@ -83,7 +108,7 @@ class ClientBase(Generic[ChannelT]):
         call's own, else the client's)."""
         method = getattr(self._stubs[call.service], call.method)
         timeout = self.timeout if call.timeout is None else call.timeout
-        return lambda: method(call.request, timeout=timeout)
+        return lambda: method(call.request, timeout=timeout, metadata=self._metadata)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,8 @@ __all__ = [
     "Unavailable",
     "OperationBusy",
     "MessageTooLarge",
+    "Unauthenticated",
+    "PermissionDenied",
     "InternalError",
     "DeadlineExceeded",
     "OperationDead",
@@ -255,6 +257,29 @@ class MessageTooLarge(OpregError):
         return _int(self.metadata.get("limit"))
 
 
+class Unauthenticated(OpregError):
+    """``UNAUTHENTICATED``: the server's policy knows no such credentials. Give
+    an API key (``api_key=``) or a client certificate it names. Not retried."""
+
+
+class PermissionDenied(OpregError):
+    """``PERMISSION_DENIED``: the principal lacks :attr:`role` in
+    :attr:`namespace`. Not retried."""
+
+    @property
+    def principal(self) -> str:
+        return self.metadata.get("principal", "")
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.get("namespace", "")
+
+    @property
+    def role(self) -> str:
+        """The role the call needed: ``reader``, ``worker`` or ``admin``."""
+        return self.metadata.get("role", "")
+
+
 class InternalError(OpregError):
     """``INTERNAL``: a server fault (logged there, never described)."""
 
@@ -338,6 +363,8 @@ _BY_REASON: dict[str, type[OpregError]] = {
     "OPERATION_BUSY": OperationBusy,
     "DEADLINE_EXCEEDED": Unavailable,
     "MESSAGE_TOO_LARGE": MessageTooLarge,
+    "UNAUTHENTICATED": Unauthenticated,
+    "PERMISSION_DENIED": PermissionDenied,
     "INTERNAL": InternalError,
 }
 
@@ -346,6 +373,8 @@ _BY_CODE: dict[grpc.StatusCode, type[OpregError]] = {
     grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
     grpc.StatusCode.INTERNAL: InternalError,
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use opreg_client::proto as pb;
-use opreg_client::{Client, Error};
+use opreg_client::{Client, ConnectOptions, Error};
 
 use render::Output;
 
@@ -21,7 +21,8 @@ use render::Output;
 /// (different parameters, a different outcome already recorded, a refused
 /// compensation, or an operator action the status does not allow), 5 stale
 /// fencing token or lease held by another owner,
-/// 6 unavailable (server or database; retry later).
+/// 6 unavailable (server or database; retry later), 7 not authenticated or not
+/// permitted by the server's policy.
 #[derive(Debug, Parser)]
 #[command(name = "opreg", version, about, long_about)]
 struct Cli {
@@ -33,6 +34,33 @@ struct Cli {
         default_value = "http://127.0.0.1:50051"
     )]
     endpoint: String,
+
+    /// PEM CA certificates that sign the server's certificate (for https:// endpoints).
+    #[arg(long, global = true, env = "OPREG_CA_CERT")]
+    ca_cert: Option<std::path::PathBuf>,
+
+    /// PEM client certificate, for servers that require mutual TLS.
+    #[arg(
+        long,
+        global = true,
+        env = "OPREG_CLIENT_CERT",
+        requires = "client_key"
+    )]
+    client_cert: Option<std::path::PathBuf>,
+
+    /// The PEM private key of --client-cert.
+    #[arg(
+        long,
+        global = true,
+        env = "OPREG_CLIENT_KEY",
+        requires = "client_cert"
+    )]
+    client_key: Option<std::path::PathBuf>,
+
+    /// API key, sent as `authorization: Bearer <key>`. Set it in the
+    /// environment: a flag shows in `ps`.
+    #[arg(long, global = true, env = "OPREG_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
 
     /// Namespace of the operations and resources.
     #[arg(
@@ -319,7 +347,14 @@ enum ResourceCommand {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let output = Output::new(matches!(cli.output, Format::Json));
-    let client = match Client::connect_lazy(cli.endpoint.clone()) {
+    let options = match connect_options(&cli) {
+        Ok(options) => options,
+        Err(problem) => {
+            eprintln!("opreg: {problem}");
+            return ExitCode::from(2);
+        }
+    };
+    let client = match Client::connect_lazy_with(cli.endpoint.clone(), &options) {
         Ok(client) => client,
         Err(error) => {
             eprintln!("opreg: invalid endpoint {}: {error}", cli.endpoint);
@@ -613,6 +648,26 @@ fn complete_outcome(outcome: &CompleteOutcome) -> pb::complete_request::Outcome 
 }
 
 /// Exit codes scripts can branch on; see `opreg --help`.
+/// The TLS files and the API key, read and checked before any call.
+fn connect_options(cli: &Cli) -> Result<ConnectOptions, String> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|error| format!("cannot read {}: {error}", path.display()))
+    };
+    let mut options = ConnectOptions::default();
+    if let Some(path) = &cli.ca_cert {
+        options = options.ca_certificate(read(path)?);
+    }
+    if let (Some(certificate), Some(key)) = (&cli.client_cert, &cli.client_key) {
+        options = options.client_identity(read(certificate)?, read(key)?);
+    }
+    if let Some(key) = &cli.api_key {
+        options = options
+            .api_key(key)
+            .map_err(|_| "the API key holds characters a header cannot carry".to_owned())?;
+    }
+    Ok(options)
+}
+
 fn exit_code(error: &Error) -> u8 {
     match error {
         Error::NotFound { .. } => 3,
@@ -623,6 +678,7 @@ fn exit_code(error: &Error) -> u8 {
         Error::StaleFencingToken { .. } | Error::LeaseNotHeld => 5,
         Error::Unavailable { .. } => 6,
         Error::InvalidArgument { .. } | Error::MessageTooLarge { .. } => 2,
+        Error::Unauthenticated { .. } | Error::PermissionDenied { .. } => 7,
         Error::Other(_) => 1,
     }
 }
