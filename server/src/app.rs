@@ -16,8 +16,8 @@ use crate::access::reload::{self, Loaded, Reloadable};
 use crate::access::tls::TlsConfig;
 use crate::config::Config;
 use crate::grpc::{
-    AdminService, AuthenticateLayer, ConnectionLimits, EdgeLayer, Incoming, MessageLimits,
-    RegistryService,
+    AdminService, AuthenticateLayer, ConnectionLimits, EdgeLayer, Gate, Incoming, MessageLimits,
+    RateLimits, RegistryService,
 };
 use crate::maintenance;
 use crate::registry::{MaintenanceSettings, Registry};
@@ -75,6 +75,7 @@ impl Application {
                  proxy in front terminates TLS"
             );
         }
+        let gate = Gate::new(Arc::new(RateLimits::new(config.rate_limits())));
         let store_health = Arc::new(StoreHealth::default());
         let registry = Registry::new(pool.clone(), Arc::clone(&store_health), config.retry_caps());
         Ok(Self {
@@ -85,8 +86,8 @@ impl Application {
             max_concurrent_calls: config.max_concurrent_calls,
             connection_limits: config.connection_limits(),
             keepalive_timeout: config.keepalive_timeout,
-            service: RegistryService::new(registry.clone(), limits),
-            admin: AdminService::new(registry.clone(), limits),
+            service: RegistryService::new(registry.clone(), limits, gate.clone()),
+            admin: AdminService::new(registry.clone(), limits, gate),
             registry,
             maintenance: config.maintenance_settings(),
             pool,

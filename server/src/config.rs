@@ -201,6 +201,16 @@ pub struct Config {
     )]
     pub namespace_max_concurrent_retries: Overrides<u32>,
 
+    /// Calls per second each namespace may make on this replica (a token bucket
+    /// with a burst of one second); more are RESOURCE_EXHAUSTED / RATE_LIMITED
+    /// with a RetryInfo [default: unlimited].
+    #[arg(long, env = "OPREG_RATE_LIMIT")]
+    pub rate_limit: Option<u32>,
+
+    /// Per-namespace rate limits in calls per second, e.g. `payments=500,reports=20`.
+    #[arg(long, env = "OPREG_NAMESPACE_RATE_LIMITS", default_value = "")]
+    pub namespace_rate_limits: Overrides<u32>,
+
     /// How often the maintenance (budgets, retention) runs, on one replica at a time.
     #[arg(long, env = "OPREG_MAINTENANCE_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub maintenance_interval: Duration,
@@ -350,15 +360,15 @@ impl Config {
 
     /// Concurrent-retry caps by namespace (`None`: unlimited).
     pub fn retry_caps(&self) -> PerNamespace<Option<u32>> {
-        PerNamespace {
-            default: self.max_concurrent_retries,
-            overrides: self
-                .namespace_max_concurrent_retries
-                .0
-                .iter()
-                .map(|(namespace, cap)| (namespace.clone(), Some(*cap)))
-                .collect(),
-        }
+        optional_per_namespace(
+            self.max_concurrent_retries,
+            &self.namespace_max_concurrent_retries,
+        )
+    }
+
+    /// Calls per second by namespace (`None`: unlimited).
+    pub fn rate_limits(&self) -> PerNamespace<Option<u32>> {
+        optional_per_namespace(self.rate_limit, &self.namespace_rate_limits)
     }
 
     pub fn maintenance_settings(&self) -> MaintenanceSettings {
@@ -435,6 +445,21 @@ impl Config {
                 std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share"))
             })
             .map_or_else(|| PathBuf::from("opreg-data"), |base| base.join("opreg"))
+    }
+}
+
+/// A default that may be absent (unlimited), with per-namespace values.
+fn optional_per_namespace(
+    default: Option<u32>,
+    overrides: &Overrides<u32>,
+) -> PerNamespace<Option<u32>> {
+    PerNamespace {
+        default,
+        overrides: overrides
+            .0
+            .iter()
+            .map(|(namespace, value)| (namespace.clone(), Some(*value)))
+            .collect(),
     }
 }
 
@@ -524,6 +549,16 @@ mod tests {
         );
         assert_eq!(*config.retry_caps().get("payments"), Some(10));
         assert_eq!(*config.retry_caps().get("other"), None);
+        let limited = Config::parse_from([
+            "opreg-server",
+            "--rate-limit",
+            "100",
+            "--namespace-rate-limits",
+            "reports=5",
+        ]);
+        assert_eq!(*limited.rate_limits().get("reports"), Some(5));
+        assert_eq!(*limited.rate_limits().get("payments"), Some(100));
+        assert_eq!(*Config::defaults().rate_limits().get("payments"), None);
         assert_eq!(config.short_retentions(), ["OPREG_RETENTION"]);
         assert_eq!(Config::defaults().short_retentions(), Vec::<String>::new());
         assert!("payments".parse::<Overrides<u32>>().is_err());

@@ -89,6 +89,20 @@ def test_operation_busy_is_transient_with_the_servers_retry_delay() -> None:
     assert str(error).startswith("OPERATION_BUSY: the operation is busy")
 
 
+def test_rate_limited_is_transient_with_the_delay_until_the_next_admitted_call() -> None:
+    error = opreg.from_rpc_error(
+        SynthesizedRpcError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "the namespace's limit of 5 calls per second on this server is reached",
+            [info("RATE_LIMITED", callsPerSecond="5"), retry_info(0.15)],
+        )
+    )
+    assert type(error) is opreg.RateLimited
+    assert isinstance(error, opreg.Unavailable)  # what the helpers retry
+    assert error.calls_per_second == 5
+    assert error.retry_delay == pytest.approx(0.15)
+
+
 def test_store_unavailable_carries_its_retry_delay() -> None:
     error = opreg.from_rpc_error(
         SynthesizedRpcError(

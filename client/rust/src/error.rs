@@ -59,6 +59,13 @@ pub enum Error {
         namespace: String,
         role: String,
     },
+    /// The namespace is past its calls per second on this server; transient:
+    /// retry after `retry_after` (the server's `RetryInfo`).
+    #[error("rate limited: at most {calls_per_second} calls per second in this namespace")]
+    RateLimited {
+        calls_per_second: u32,
+        retry_after: Option<std::time::Duration>,
+    },
     /// The request message is larger than the method accepts; not retryable.
     #[error("the request is larger than the {limit} bytes the server accepts for it")]
     MessageTooLarge { limit: usize },
@@ -69,13 +76,15 @@ pub enum Error {
 impl Error {
     /// Transport trouble worth retrying with backoff.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Unavailable { .. })
+        matches!(self, Error::Unavailable { .. } | Error::RateLimited { .. })
     }
 
     /// The least wait the server asked for before a retry.
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
-            Error::Unavailable { retry_after, .. } => *retry_after,
+            Error::Unavailable { retry_after, .. } | Error::RateLimited { retry_after, .. } => {
+                *retry_after
+            }
             _ => None,
         }
     }
@@ -139,6 +148,12 @@ impl From<tonic::Status> for Error {
                             .collect()
                     })
                     .unwrap_or_default(),
+            },
+            "RATE_LIMITED" => Error::RateLimited {
+                calls_per_second: meta("callsPerSecond").parse().unwrap_or_default(),
+                retry_after: status
+                    .get_details_retry_info()
+                    .and_then(|info| info.retry_delay),
             },
             "UNAUTHENTICATED" => Error::Unauthenticated {
                 message: status.message().to_owned(),

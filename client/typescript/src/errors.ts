@@ -69,14 +69,15 @@ export class OpregError extends Error {
   }
 
   /**
-   * UNAVAILABLE (OPERATION_BUSY and STORE_UNAVAILABLE included) or
-   * DEADLINE_EXCEEDED from a single call, or the CANCELLED "Timeout expired" a
+   * UNAVAILABLE (OPERATION_BUSY and STORE_UNAVAILABLE included),
+   * RESOURCE_EXHAUSTED / RATE_LIMITED, or DEADLINE_EXCEEDED from a single call, or the CANCELLED "Timeout expired" a
    * server's own timer answers instead: safe to retry with backoff (at least
    * `retryDelayMs`). A CANCELLED the caller caused is not transient.
    */
   get transient(): boolean {
     return (
       this.code === GrpcStatus.UNAVAILABLE ||
+      this.reason === "RATE_LIMITED" ||
       this.code === GrpcStatus.DEADLINE_EXCEEDED ||
       isServerTimeout(this.code, this.message)
     );
@@ -225,6 +226,22 @@ export class MessageTooLargeError extends OpregError {
 }
 
 /**
+ * RESOURCE_EXHAUSTED / RATE_LIMITED: the namespace is past its calls per second
+ * on this server. Transient: retry after `retryDelayMs` (the server's RetryInfo,
+ * when the next call would be admitted).
+ */
+export class RateLimitedError extends UnavailableError {
+  /** The namespace's limit on the server that refused the call; undefined if unsaid. */
+  readonly callsPerSecond: number | undefined;
+
+  constructor(init: OpregErrorInit) {
+    super(init);
+    const limit = this.metadata["callsPerSecond"];
+    this.callsPerSecond = limit !== undefined && /^\d+$/.test(limit) ? Number(limit) : undefined;
+  }
+}
+
+/**
  * UNAUTHENTICATED: the server's policy knows no such credentials. Give an API
  * key (`apiKey`) or a client certificate it names. Never retried.
  */
@@ -362,6 +379,7 @@ const BY_REASON: Record<string, new (init: OpregErrorInit) => OpregError> = {
   OPERATION_BUSY: OperationBusyError,
   DEADLINE_EXCEEDED: DeadlineExceededError,
   MESSAGE_TOO_LARGE: MessageTooLargeError,
+  RATE_LIMITED: RateLimitedError,
   UNAUTHENTICATED: UnauthenticatedError,
   PERMISSION_DENIED: PermissionDeniedError,
   INTERNAL: InternalError,

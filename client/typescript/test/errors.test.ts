@@ -16,6 +16,7 @@ import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 
 import {
   DeadlineExceededError,
+  RateLimitedError,
   decodeRpcStatus,
   ERROR_DOMAIN,
   fromServiceError,
@@ -152,6 +153,19 @@ describe("errors: decoding", () => {
     const decoded = decodeRpcStatus(busyAnswer(1_250).metadata.get(STATUS_DETAILS_KEY)[0] as Buffer);
     assert.equal(decoded.errorInfo?.reason, "OPERATION_BUSY");
     assert.equal(decoded.retryDelayMs, 1_250);
+  });
+
+  test("RATE_LIMITED: RateLimitedError, transient, with the delay until the next admitted call", () => {
+    const error = typed(
+      answer(GrpcStatus.RESOURCE_EXHAUSTED, "the namespace's limit of 5 calls per second on this server is reached", [
+        [ERROR_INFO, errorInfo("RATE_LIMITED", { callsPerSecond: "5" })],
+        [RETRY_INFO, retryInfo(150)],
+      ]),
+    );
+    assert.ok(error instanceof RateLimitedError && error instanceof UnavailableError);
+    assert.equal(error.callsPerSecond, 5);
+    assert.equal(error.retryDelayMs, 150);
+    assert.equal(error.transient, true);
   });
 
   test("OPERATION_BUSY through a real call (an interceptor answers it)", T, async () => {

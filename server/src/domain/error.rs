@@ -77,6 +77,13 @@ pub enum RegistryError {
     DeadlineExceeded,
     #[error("this server is at its limit of concurrent calls; retry shortly")]
     Overloaded,
+    #[error(
+        "the namespace's limit of {calls_per_second} calls per second on this server is reached; retry after the delay given"
+    )]
+    RateLimited {
+        calls_per_second: u32,
+        retry_after: std::time::Duration,
+    },
     #[error("internal error")]
     Internal,
 }

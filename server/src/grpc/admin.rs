@@ -5,7 +5,7 @@ use opreg_proto::v1 as pb;
 use opreg_proto::v1::operation_admin_server::{OperationAdmin, OperationAdminServer};
 use tonic::{Request, Response, Status};
 
-use super::{RequestLimits, authorize, reply, requests, responses};
+use super::{Gate, RequestLimits, reply, requests, responses};
 use crate::access::Role;
 use crate::registry::Registry;
 
@@ -13,11 +13,16 @@ use crate::registry::Registry;
 pub struct AdminService {
     registry: Registry,
     limits: RequestLimits,
+    gate: Gate,
 }
 
 impl AdminService {
-    pub fn new(registry: Registry, limits: RequestLimits) -> Self {
-        Self { registry, limits }
+    pub fn new(registry: Registry, limits: RequestLimits, gate: Gate) -> Self {
+        Self {
+            registry,
+            limits,
+            gate,
+        }
     }
 
     pub fn into_server(self) -> OperationAdminServer<Self> {
@@ -33,7 +38,7 @@ impl OperationAdmin for AdminService {
         &self,
         request: Request<pb::ListOperationsRequest>,
     ) -> Result<Response<pb::ListOperationsResponse>, Status> {
-        authorize(&request, Role::Reader, &request.get_ref().namespace)?;
+        self.gate.admit(&request, Role::Reader)?;
         let page = async {
             self.registry
                 .list(&requests::list_operations(request.into_inner())?)
@@ -48,7 +53,7 @@ impl OperationAdmin for AdminService {
         &self,
         request: Request<pb::ResolveOperationRequest>,
     ) -> Result<Response<pb::ResolveOperationResponse>, Status> {
-        let caller = authorize(&request, Role::Admin, &request.get_ref().namespace)?;
+        let caller = self.gate.admit(&request, Role::Admin)?;
         let change = async {
             let (mut target, command) = requests::resolve(request.into_inner(), &self.limits)?;
             target.actor.principal = caller.name().to_owned();
@@ -63,7 +68,7 @@ impl OperationAdmin for AdminService {
         &self,
         request: Request<pb::RequeueOperationRequest>,
     ) -> Result<Response<pb::RequeueOperationResponse>, Status> {
-        let caller = authorize(&request, Role::Admin, &request.get_ref().namespace)?;
+        let caller = self.gate.admit(&request, Role::Admin)?;
         let change = async {
             let (mut target, command) = requests::requeue(request.into_inner(), &self.limits)?;
             target.actor.principal = caller.name().to_owned();
@@ -78,7 +83,7 @@ impl OperationAdmin for AdminService {
         &self,
         request: Request<pb::HoldOperationRequest>,
     ) -> Result<Response<pb::HoldOperationResponse>, Status> {
-        let caller = authorize(&request, Role::Admin, &request.get_ref().namespace)?;
+        let caller = self.gate.admit(&request, Role::Admin)?;
         let change = async {
             let (mut target, command) = requests::hold(request.into_inner())?;
             target.actor.principal = caller.name().to_owned();
@@ -93,7 +98,7 @@ impl OperationAdmin for AdminService {
         &self,
         request: Request<pb::ReleaseOperationRequest>,
     ) -> Result<Response<pb::ReleaseOperationResponse>, Status> {
-        let caller = authorize(&request, Role::Admin, &request.get_ref().namespace)?;
+        let caller = self.gate.admit(&request, Role::Admin)?;
         let change = async {
             let (mut target, command) = requests::release(request.into_inner())?;
             target.actor.principal = caller.name().to_owned();

@@ -5,12 +5,15 @@ mod admin;
 mod authenticate;
 mod edge;
 mod incoming;
+mod rate_limit;
 mod requests;
 mod responses;
 mod status;
 
 use opreg_proto::v1 as pb;
 use opreg_proto::v1::operation_registry_server::{OperationRegistry, OperationRegistryServer};
+use std::sync::Arc;
+
 use tonic::{Request, Response, Status};
 
 use crate::access::{Caller, Role};
@@ -22,6 +25,7 @@ pub use admin::AdminService;
 pub use authenticate::AuthenticateLayer;
 pub use edge::{EdgeLayer, MessageLimits};
 pub use incoming::{ConnectionInfo, ConnectionLimits, Incoming};
+pub use rate_limit::RateLimits;
 pub use requests::{ParameterLimits, RequestLimits};
 
 /// `opreg.v1.OperationRegistry` over a [`Registry`].
@@ -29,11 +33,16 @@ pub use requests::{ParameterLimits, RequestLimits};
 pub struct RegistryService {
     registry: Registry,
     limits: RequestLimits,
+    gate: Gate,
 }
 
 impl RegistryService {
-    pub fn new(registry: Registry, limits: RequestLimits) -> Self {
-        Self { registry, limits }
+    pub fn new(registry: Registry, limits: RequestLimits, gate: Gate) -> Self {
+        Self {
+            registry,
+            limits,
+            gate,
+        }
     }
 
     /// The tonic service; its decoder's limit is only a fallback behind the
@@ -66,21 +75,67 @@ pub fn message_limits(limits: &RequestLimits) -> MessageLimits {
         .with(REGISTRY, &["Claim"], claim)
 }
 
-/// The caller [`AuthenticateLayer`] found, if it holds `needed` in
-/// `namespace`. Every handler asks first, before it converts the request.
-fn authorize<T>(request: &Request<T>, needed: Role, namespace: &str) -> Result<Caller, Status> {
-    // Absent only if the layer is not in front of the service: refuse.
-    let caller = request
-        .extensions()
-        .get::<Caller>()
-        .cloned()
-        .ok_or_else(|| to_status_counted(&RegistryError::Unauthenticated, "unauthenticated"))?;
-    caller.authorize(needed, namespace).map_err(|refusal| {
-        tracing::info!(%refusal, "call refused by the access policy");
-        to_status_counted(&refusal, "permission_denied")
-    })?;
-    Ok(caller)
+/// What every handler asks first, before it converts its request: the caller
+/// [`AuthenticateLayer`] found must hold the RPC's role in the request's
+/// namespace, and the namespace must be within its rate limit.
+#[derive(Clone, Debug)]
+pub struct Gate {
+    rates: Arc<RateLimits>,
 }
+
+impl Gate {
+    pub fn new(rates: Arc<RateLimits>) -> Self {
+        Self { rates }
+    }
+
+    fn admit<T: Namespaced>(&self, request: &Request<T>, needed: Role) -> Result<Caller, Status> {
+        let namespace = request.get_ref().namespace();
+        // Absent only if the layer is not in front of the service: refuse.
+        let caller = request
+            .extensions()
+            .get::<Caller>()
+            .cloned()
+            .ok_or_else(|| to_status_counted(&RegistryError::Unauthenticated, "unauthenticated"))?;
+        caller.authorize(needed, namespace).map_err(|refusal| {
+            tracing::info!(%refusal, "call refused by the access policy");
+            to_status_counted(&refusal, "permission_denied")
+        })?;
+        self.rates
+            .admit(namespace)
+            .map_err(|limited| status::to_status(&limited))?;
+        Ok(caller)
+    }
+}
+
+/// A request that names the namespace it acts in.
+trait Namespaced {
+    fn namespace(&self) -> &str;
+}
+
+macro_rules! namespaced {
+    ($($request:ty),* $(,)?) => {
+        $(impl Namespaced for $request {
+            fn namespace(&self) -> &str {
+                &self.namespace
+            }
+        })*
+    };
+}
+
+namespaced!(
+    pb::ClaimRequest,
+    pb::CompleteRequest,
+    pb::LookupRequest,
+    pb::RenewRequest,
+    pb::FencedWriteRequest,
+    pb::GetResourceRequest,
+    pb::ClaimDueRequest,
+    pb::ListOperationsRequest,
+    pb::ResolveOperationRequest,
+    pb::RequeueOperationRequest,
+    pb::HoldOperationRequest,
+    pb::ReleaseOperationRequest,
+);
 
 fn to_status_counted(refusal: &RegistryError, reason: &'static str) -> Status {
     metrics::auth_refused(reason);
@@ -108,7 +163,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::ClaimRequest>,
     ) -> Result<Response<pb::ClaimResponse>, Status> {
-        authorize(&request, Role::Worker, &request.get_ref().namespace)?;
+        self.gate.admit(&request, Role::Worker)?;
         let namespace = request.get_ref().namespace.clone();
         let answer = async {
             self.registry
@@ -140,7 +195,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
-        authorize(&request, Role::Worker, &request.get_ref().namespace)?;
+        self.gate.admit(&request, Role::Worker)?;
         let recorded = async {
             self.registry
                 .complete(&requests::complete(request.into_inner(), &self.limits)?)
@@ -160,7 +215,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::LookupRequest>,
     ) -> Result<Response<pb::LookupResponse>, Status> {
-        authorize(&request, Role::Reader, &request.get_ref().namespace)?;
+        self.gate.admit(&request, Role::Reader)?;
         let parameters = if request.get_ref().include_parameters {
             responses::Parameters::Included
         } else {
@@ -180,7 +235,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::RenewResponse>, Status> {
-        authorize(&request, Role::Worker, &request.get_ref().namespace)?;
+        self.gate.admit(&request, Role::Worker)?;
         let renewed = async {
             self.registry
                 .renew(&requests::renew(request.into_inner(), &self.limits)?)
@@ -197,7 +252,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::FencedWriteRequest>,
     ) -> Result<Response<pb::FencedWriteResponse>, Status> {
-        authorize(&request, Role::Worker, &request.get_ref().namespace)?;
+        self.gate.admit(&request, Role::Worker)?;
         let written = async {
             self.registry
                 .fenced_write(&requests::fenced_write(request.into_inner(), &self.limits)?)
@@ -215,7 +270,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::GetResourceRequest>,
     ) -> Result<Response<pb::GetResourceResponse>, Status> {
-        authorize(&request, Role::Reader, &request.get_ref().namespace)?;
+        self.gate.admit(&request, Role::Reader)?;
         let found = async {
             self.registry
                 .get_resource(&requests::get_resource(request.into_inner())?)
@@ -230,7 +285,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::ClaimDueRequest>,
     ) -> Result<Response<pb::ClaimDueResponse>, Status> {
-        authorize(&request, Role::Worker, &request.get_ref().namespace)?;
+        self.gate.admit(&request, Role::Worker)?;
         let handed = async {
             self.registry
                 .claim_due(&requests::claim_due(request.into_inner(), &self.limits)?)

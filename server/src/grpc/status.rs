@@ -80,6 +80,12 @@ pub fn to_status(error: &RegistryError) -> Status {
         RegistryError::StoreUnavailable => (Code::Unavailable, "STORE_UNAVAILABLE"),
         RegistryError::OperationBusy => (Code::Unavailable, "OPERATION_BUSY"),
         RegistryError::Overloaded => (Code::Unavailable, "OVERLOADED"),
+        RegistryError::RateLimited {
+            calls_per_second, ..
+        } => {
+            metadata.insert("callsPerSecond".into(), calls_per_second.to_string());
+            (Code::ResourceExhausted, "RATE_LIMITED")
+        }
         RegistryError::DeadlineExceeded => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
         RegistryError::Internal => (Code::Internal, "INTERNAL"),
     };
@@ -112,6 +118,7 @@ fn retry_delay(error: &RegistryError) -> Option<std::time::Duration> {
         RegistryError::OperationBusy | RegistryError::Overloaded => {
             Some(std::time::Duration::from_millis(200))
         }
+        RegistryError::RateLimited { retry_after, .. } => Some(*retry_after),
         _ => None,
     }
 }

@@ -41,6 +41,7 @@ pub const MALFORMED_REQUESTS: &str = "opreg_malformed_requests_total";
 pub const CALLS_SHED: &str = "opreg_calls_shed_total";
 pub const CONNECTIONS_REFUSED: &str = "opreg_connections_refused_total";
 pub const AUTH_REFUSALS: &str = "opreg_auth_refusals_total";
+pub const RATE_LIMITED: &str = "opreg_rate_limited_total";
 pub const CONFIG_RELOADS: &str = "opreg_config_reloads_total";
 pub const TLS_HANDSHAKE_FAILURES: &str = "opreg_tls_handshake_failures_total";
 pub const STORE_UP: &str = "opreg_store_up";
@@ -240,6 +241,11 @@ fn describe() {
         AUTH_REFUSALS,
         Unit::Count,
         "Calls refused by the access policy, by reason (unauthenticated, permission_denied)."
+    );
+    describe_counter!(
+        RATE_LIMITED,
+        Unit::Count,
+        "Calls refused by a namespace's rate limit on this replica."
     );
     describe_counter!(
         CONFIG_RELOADS,
@@ -470,6 +476,10 @@ pub fn connection_refused() {
 
 pub fn auth_refused(reason: &'static str) {
     counter!(AUTH_REFUSALS, "reason" => reason).increment(1);
+}
+
+pub fn rate_limited(namespace: &str) {
+    counter!(RATE_LIMITED, "namespace" => namespace_label(namespace)).increment(1);
 }
 
 pub fn config_reloaded(file: &'static str, ok: bool) {

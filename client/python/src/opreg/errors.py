@@ -45,6 +45,7 @@ __all__ = [
     "Unavailable",
     "OperationBusy",
     "MessageTooLarge",
+    "RateLimited",
     "Unauthenticated",
     "PermissionDenied",
     "InternalError",
@@ -245,6 +246,16 @@ class OperationBusy(Unavailable):
     :attr:`retry_delay` (the server's ``RetryInfo``, about 0.2 s)."""
 
 
+class RateLimited(Unavailable):
+    """``RESOURCE_EXHAUSTED``/``RATE_LIMITED``: the namespace is past its calls
+    per second on this server. Transient: retry after :attr:`retry_delay` (the
+    server's ``RetryInfo``: when the next call would be admitted)."""
+
+    @property
+    def calls_per_second(self) -> int | None:
+        return _int(self.metadata.get("callsPerSecond"))
+
+
 class MessageTooLarge(OpregError):
     """``RESOURCE_EXHAUSTED``/``MESSAGE_TOO_LARGE``: the request message is
     larger than the method accepts (refused before it was read). Never
@@ -363,6 +374,7 @@ _BY_REASON: dict[str, type[OpregError]] = {
     "OPERATION_BUSY": OperationBusy,
     "DEADLINE_EXCEEDED": Unavailable,
     "MESSAGE_TOO_LARGE": MessageTooLarge,
+    "RATE_LIMITED": RateLimited,
     "UNAUTHENTICATED": Unauthenticated,
     "PERMISSION_DENIED": PermissionDenied,
     "INTERNAL": InternalError,

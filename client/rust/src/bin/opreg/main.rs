@@ -676,7 +676,7 @@ fn exit_code(error: &Error) -> u8 {
         | Error::Compensation { .. }
         | Error::InvalidTransition { .. } => 4,
         Error::StaleFencingToken { .. } | Error::LeaseNotHeld => 5,
-        Error::Unavailable { .. } => 6,
+        Error::Unavailable { .. } | Error::RateLimited { .. } => 6,
         Error::InvalidArgument { .. } | Error::MessageTooLarge { .. } => 2,
         Error::Unauthenticated { .. } | Error::PermissionDenied { .. } => 7,
         Error::Other(_) => 1,
