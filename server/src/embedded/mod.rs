@@ -123,6 +123,12 @@ impl EmbeddedPostgres {
             .database(database)
     }
 
+    /// Stops PostgreSQL as a crash would: immediate shutdown, no checkpoint;
+    /// the next start recovers from the WAL. For fault tests.
+    pub fn stop_immediately(mut self) {
+        self.postmaster.quit_now();
+    }
+
     pub fn socket_dir(&self) -> &Path {
         &self.socket_dir
     }

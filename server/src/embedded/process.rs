@@ -121,6 +121,12 @@ impl Supervised {
         self.child.try_wait().ok().flatten()
     }
 
+    /// SIGQUIT, PostgreSQL's immediate shutdown, and waits for the exit.
+    pub fn quit_now(&mut self) {
+        self.signal(libc::SIGQUIT);
+        let _ = self.child.wait();
+    }
+
     fn signal(&self, signal: libc::c_int) {
         if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
             // SAFETY: kill has no memory-safety preconditions; the pid is our

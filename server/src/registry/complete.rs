@@ -37,6 +37,9 @@ impl Registry {
             CompleteStep::AlreadyCompleted => {
                 Err(RegistryError::AlreadyCompleted { token: token.get() })
             }
+            CompleteStep::Stale { .. } if super::planted::acknowledges_stale_completes() => {
+                Ok(observed.operation)
+            }
             CompleteStep::Stale { current } => {
                 metrics::stale_token(namespace, "Complete");
                 Err(RegistryError::StaleFencingToken {

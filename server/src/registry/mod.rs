@@ -7,6 +7,7 @@ mod complete;
 mod due;
 mod fencing;
 mod maintenance;
+mod planted;
 mod read;
 
 use std::sync::Arc;

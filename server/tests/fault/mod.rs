@@ -1,0 +1,164 @@
+//! The fault suite's parts: a PostgreSQL that can crash, a TCP proxy that can
+//! cut, blackhole and delay connections, server replicas that can be killed,
+//! the recorded history, the workload that makes it, and the checker.
+#![allow(dead_code)]
+
+pub mod checker;
+pub mod history;
+pub mod proxy;
+pub mod workload;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use opreg_server::embedded::{EmbeddedOptions, EmbeddedPostgres};
+use sqlx::postgres::PgConnectOptions;
+
+/// PostgreSQL on a thread of its own (it is told to stop when the thread that
+/// started it exits), which crashes it and starts it again on request.
+pub struct Cluster {
+    pub socket: PathBuf,
+    pub root: PathBuf,
+    restarts: mpsc::Sender<mpsc::Sender<()>>,
+}
+
+impl Cluster {
+    pub fn start(name: &str) -> Self {
+        let root = std::env::temp_dir().join(format!("opreg-fault-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        // Durable commits: with the test clusters' synchronous_commit=off, a
+        // crash loses acknowledged commits, and the checker says so.
+        let options = EmbeddedOptions {
+            root: root.clone(),
+            bin_dir: None,
+            ephemeral: false,
+        };
+        let (ready, started) = mpsc::channel();
+        let (restarts, requests) = mpsc::channel::<mpsc::Sender<()>>();
+        std::thread::spawn(move || {
+            let mut running = EmbeddedPostgres::start(&options).expect("PostgreSQL starts");
+            ready.send(running.socket_dir().to_owned()).unwrap();
+            while let Ok(done) = requests.recv() {
+                running.stop_immediately();
+                running = EmbeddedPostgres::start(&options).expect("PostgreSQL restarts");
+                let _ = done.send(());
+            }
+        });
+        let socket_dir = started.recv().unwrap();
+        Self {
+            socket: socket_dir.join(".s.PGSQL.5432"),
+            root,
+            restarts,
+        }
+    }
+
+    /// `pg_ctl stop -m immediate`, then a start that recovers from the WAL;
+    /// returns once PostgreSQL accepts connections again.
+    pub fn crash_and_restart(&self) {
+        let (done, restarted) = mpsc::channel();
+        self.restarts.send(done).unwrap();
+        restarted.recv().unwrap();
+    }
+
+    /// Connection options straight to the socket, for setup and checking.
+    pub fn direct(&self, database: &str) -> PgConnectOptions {
+        PgConnectOptions::new()
+            .socket(self.socket.parent().unwrap())
+            .port(5432)
+            .username(opreg_server::embedded::SUPERUSER)
+            .database(database)
+    }
+}
+
+/// One opreg-server process; SIGKILLed and started again on request.
+pub struct Replica {
+    pub address: SocketAddr,
+    database_url: String,
+    settings: Vec<(String, String)>,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Replica {
+    pub fn start(
+        address: SocketAddr,
+        database_url: &str,
+        settings: &[(&str, &str)],
+        log: PathBuf,
+    ) -> Self {
+        let mut replica = Self {
+            address,
+            database_url: database_url.to_owned(),
+            settings: settings
+                .iter()
+                .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+                .collect(),
+            log,
+            child: None,
+        };
+        replica.spawn();
+        replica
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_opreg-server"))
+            .env_clear()
+            .env("OPREG_DATABASE_URL", &self.database_url)
+            .env("OPREG_LISTEN_ADDR", self.address.to_string())
+            .env("OPREG_METRICS_ADDR", "127.0.0.1:0")
+            .env("RUST_LOG", "warn")
+            .envs(self.settings.iter().map(|(key, value)| (key, value)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        wait_until_listening(self.address);
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn wait_until_listening(address: SocketAddr) {
+    let started = Instant::now();
+    while std::net::TcpStream::connect_timeout(&address, Duration::from_millis(100)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "a replica did not listen on {address}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A loopback address nothing listens on (at the time of asking).
+pub fn free_address() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}

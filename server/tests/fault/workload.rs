@@ -1,0 +1,423 @@
+//! The workload: clients spread over the replicas doing what callers do: new
+//! keys, duplicate claims, conflicting parameters, fenced writes to shared
+//! resources, renewals, completions of every kind, pauses past the lease (a
+//! stalled process), and workers draining due work with ClaimDue. Every call
+//! and its answer goes to the [`Recorder`].
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use opreg_client::proto::operation_registry_client::OperationRegistryClient;
+use opreg_client::proto::{self as pb, ClaimOutcome, OperationStatus};
+use rand::Rng;
+use tonic::transport::Channel;
+
+use super::history::{Answer, Call, Granted, Recorder, Report};
+
+pub const NAMESPACE: &str = "faults";
+/// Leases are short, so pauses and kills cause takeovers within a scenario.
+pub const LEASE: Duration = Duration::from_secs(1);
+/// Resources shared by many operations, so fenced writes race.
+const RESOURCES: usize = 6;
+
+pub struct Workload {
+    pub clients: usize,
+    pub workers: usize,
+    /// Chance that a holder stalls past its lease before it reports.
+    pub pause_chance: f64,
+}
+
+fn stub(address: SocketAddr) -> OperationRegistryClient<Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(1))
+        .connect_lazy();
+    OperationRegistryClient::new(channel)
+}
+
+/// What a holder will do with its lease, drawn before any call (the thread's
+/// random generator cannot be held across an await).
+struct Plan {
+    write_to: Option<String>,
+    stall: Option<Duration>,
+    renew: bool,
+    report: Report,
+}
+
+impl Plan {
+    fn draw(granted: &Granted, pause_chance: f64) -> Self {
+        let mut rng = rand::rng();
+        let write_to = (!granted.reconcile && rng.random_bool(0.6))
+            .then(|| format!("resource-{}", rng.random_range(0..RESOURCES)));
+        let stall = rng
+            .random_bool(pause_chance)
+            .then(|| LEASE + Duration::from_millis(rng.random_range(200..800)));
+        let report = match rng.random_range(0..100) {
+            0..60 => Report::Success(format!("ok:{}:{}", granted.key, granted.token).into_bytes()),
+            60..70 => Report::Failure("DECLINED".into()),
+            70..85 => Report::Retryable,
+            _ if granted.reconcile => Report::Success(b"reconciled".to_vec()),
+            _ => Report::Unknown,
+        };
+        Self {
+            write_to,
+            stall,
+            renew: rng.random_bool(0.3),
+            report,
+        }
+    }
+}
+
+fn failed(status: &tonic::Status) -> Answer {
+    Answer::Failed {
+        code: status.code(),
+        reason: opreg_client::error_reason(status).unwrap_or_default(),
+    }
+}
+
+fn parameters(key: &str, conflicting: bool) -> Option<pb::claim_request::Fingerprint> {
+    let variant = if conflicting { "other" } else { "same" };
+    Some(pb::claim_request::Fingerprint::Parameters(
+        opreg_client::parameters(serde_json::json!({"key": key, "variant": variant})),
+    ))
+}
+
+/// One client: calls until `until`, through the replica at `address`.
+struct Caller {
+    id: usize,
+    stub: OperationRegistryClient<Channel>,
+    recorder: Recorder,
+    keys: Vec<String>,
+    pause_chance: f64,
+}
+
+impl Caller {
+    async fn claim(&mut self, key: &str, conflicting: bool) -> Option<Granted> {
+        let request = pb::ClaimRequest {
+            namespace: NAMESPACE.into(),
+            operation_key: key.into(),
+            owner: format!("client-{}", self.id),
+            fingerprint: parameters(key, conflicting),
+            lease_ttl: Some(prost_types::Duration {
+                seconds: LEASE.as_secs() as i64,
+                nanos: 0,
+            }),
+            retry_policy: Some(pb::RetryPolicy {
+                max_attempts: 4,
+                initial_backoff: Some(prost_types::Duration {
+                    seconds: 0,
+                    nanos: 100_000_000,
+                }),
+                max_backoff: Some(prost_types::Duration {
+                    seconds: 0,
+                    nanos: 400_000_000,
+                }),
+                deadline: Some(prost_types::Duration {
+                    seconds: 3600,
+                    nanos: 0,
+                }),
+            }),
+            ..Default::default()
+        };
+        let invoked = self.recorder.now();
+        let call = Call::Claim {
+            key: key.to_owned(),
+            conflicting,
+        };
+        match self.stub.claim(request).await {
+            Ok(response) => {
+                let response = response.into_inner();
+                let operation = response.operation.clone().unwrap_or_default();
+                let answer = match response.outcome() {
+                    ClaimOutcome::Acquired | ClaimOutcome::Reconcile => {
+                        let granted = Granted {
+                            key: key.to_owned(),
+                            token: response
+                                .lease
+                                .as_ref()
+                                .map_or(0, |lease| lease.fencing_token),
+                            reconcile: response.outcome() == ClaimOutcome::Reconcile,
+                        };
+                        self.recorder.record(
+                            self.id,
+                            call,
+                            invoked,
+                            Answer::Leases(vec![granted.clone()]),
+                        );
+                        return Some(granted);
+                    }
+                    ClaimOutcome::Replayed => Answer::Replayed {
+                        key: key.to_owned(),
+                        status: match operation.status() {
+                            OperationStatus::Succeeded => "succeeded",
+                            OperationStatus::Failed => "failed",
+                            _ => "other",
+                        }
+                        .to_owned(),
+                        result: operation.result.clone(),
+                        failure_code: operation
+                            .failure
+                            .as_ref()
+                            .map(|failure| failure.code.clone()),
+                    },
+                    _ => Answer::Other,
+                };
+                self.recorder.record(self.id, call, invoked, answer);
+            }
+            Err(status) => self
+                .recorder
+                .record(self.id, call, invoked, failed(&status)),
+        }
+        None
+    }
+
+    /// Works under a lease the way a holder does: maybe a fenced write, maybe a
+    /// renewal, maybe a stall past the lease, then a report (repeated while the
+    /// answer is in doubt, as a careful caller does).
+    async fn hold(&mut self, granted: Granted) {
+        let plan = Plan::draw(&granted, self.pause_chance);
+        if let Some(resource) = plan.write_to {
+            let value = format!("{}:{}", granted.key, granted.token).into_bytes();
+            let request = pb::FencedWriteRequest {
+                namespace: NAMESPACE.into(),
+                resource: resource.clone(),
+                operation_key: granted.key.clone(),
+                fencing_token: granted.token,
+                value: value.clone(),
+            };
+            let invoked = self.recorder.now();
+            let answer = match self.stub.fenced_write(request).await {
+                Ok(_) => Answer::Accepted,
+                Err(status) => failed(&status),
+            };
+            let call = Call::FencedWrite {
+                resource,
+                key: granted.key.clone(),
+                token: granted.token,
+                value,
+            };
+            self.recorder.record(self.id, call, invoked, answer);
+        }
+        if let Some(stall) = plan.stall {
+            tokio::time::sleep(stall).await;
+        } else if plan.renew {
+            let request = pb::RenewRequest {
+                namespace: NAMESPACE.into(),
+                operation_key: granted.key.clone(),
+                owner: format!("client-{}", self.id),
+                fencing_token: granted.token,
+                lease_ttl: None,
+            };
+            let invoked = self.recorder.now();
+            let answer = match self.stub.renew(request).await {
+                Ok(_) => Answer::Accepted,
+                Err(status) => failed(&status),
+            };
+            let call = Call::Renew {
+                key: granted.key.clone(),
+                token: granted.token,
+            };
+            self.recorder.record(self.id, call, invoked, answer);
+        }
+        self.complete(&granted, plan.report).await;
+    }
+
+    async fn complete(&mut self, granted: &Granted, report: Report) {
+        let outcome = match &report {
+            Report::Success(result) => pb::complete_request::Outcome::Success(pb::Success {
+                result: result.clone(),
+                result_ref: String::new(),
+            }),
+            Report::Failure(code) => pb::complete_request::Outcome::Failure(pb::Failure {
+                code: code.clone(),
+                message: "declined by the downstream".into(),
+            }),
+            Report::Retryable => pb::complete_request::Outcome::Retryable(pb::RetryableError {
+                error_class: "Downstream".into(),
+                message: "try again".into(),
+                retry_after: None,
+            }),
+            Report::Unknown => pb::complete_request::Outcome::Unknown(pb::UnknownOutcome {
+                remote_ref: format!("ref-{}", granted.token),
+                message: "timed out after sending".into(),
+            }),
+        };
+        for _ in 0..5 {
+            let request = pb::CompleteRequest {
+                namespace: NAMESPACE.into(),
+                operation_key: granted.key.clone(),
+                fencing_token: granted.token,
+                outcome: Some(outcome.clone()),
+            };
+            let invoked = self.recorder.now();
+            let answered = self.stub.complete(request).await;
+            let call = Call::Complete {
+                key: granted.key.clone(),
+                token: granted.token,
+                report: report.clone(),
+            };
+            match answered {
+                Ok(_) => {
+                    self.recorder
+                        .record(self.id, call, invoked, Answer::Accepted);
+                    return;
+                }
+                Err(status) => {
+                    let answer = failed(&status);
+                    self.recorder.record(self.id, call, invoked, answer);
+                    if !matches!(
+                        status.code(),
+                        tonic::Code::Unavailable
+                            | tonic::Code::DeadlineExceeded
+                            | tonic::Code::Unknown
+                    ) {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    async fn claim_due(&mut self) -> Vec<Granted> {
+        let request = pb::ClaimDueRequest {
+            namespace: NAMESPACE.into(),
+            owner: format!("worker-{}", self.id),
+            limit: 5,
+            lease_ttl: Some(prost_types::Duration {
+                seconds: LEASE.as_secs() as i64,
+                nanos: 0,
+            }),
+            ..Default::default()
+        };
+        let invoked = self.recorder.now();
+        match self.stub.claim_due(request).await {
+            Ok(response) => {
+                let granted: Vec<Granted> = response
+                    .into_inner()
+                    .operations
+                    .into_iter()
+                    .map(|due| Granted {
+                        key: due
+                            .operation
+                            .as_ref()
+                            .map(|op| op.operation_key.clone())
+                            .unwrap_or_default(),
+                        token: due.lease.as_ref().map_or(0, |lease| lease.fencing_token),
+                        reconcile: due.outcome() == ClaimOutcome::Reconcile,
+                    })
+                    .collect();
+                self.recorder.record(
+                    self.id,
+                    Call::ClaimDue,
+                    invoked,
+                    Answer::Leases(granted.clone()),
+                );
+                granted
+            }
+            Err(status) => {
+                self.recorder
+                    .record(self.id, Call::ClaimDue, invoked, failed(&status));
+                Vec::new()
+            }
+        }
+    }
+
+    /// Callers: new keys, duplicates, conflicts, and the holding that follows.
+    async fn call_until(&mut self, until: tokio::time::Instant) {
+        let mut next = 0;
+        while tokio::time::Instant::now() < until {
+            let roll = rand::rng().random_range(0..100);
+            let granted = if roll < 60 || self.keys.is_empty() {
+                let key = format!("c{}-{next}", self.id);
+                next += 1;
+                self.keys.push(key.clone());
+                self.claim(&key, false).await
+            } else {
+                let key = self.keys[rand::rng().random_range(0..self.keys.len())].clone();
+                self.claim(&key, roll >= 95).await
+            };
+            if let Some(granted) = granted {
+                self.hold(granted).await;
+            }
+        }
+    }
+
+    /// A worker: ClaimDue, then each handed lease held and reported.
+    async fn work_until(&mut self, until: tokio::time::Instant) {
+        while tokio::time::Instant::now() < until {
+            let handed = self.claim_due().await;
+            if handed.is_empty() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            for granted in handed {
+                self.hold(granted).await;
+            }
+        }
+    }
+}
+
+impl Workload {
+    /// Runs callers and workers over `replicas` (spread round-robin) for `length`.
+    pub async fn run(&self, replicas: &[SocketAddr], recorder: &Recorder, length: Duration) {
+        let until = tokio::time::Instant::now() + length;
+        let mut tasks = Vec::new();
+        for id in 0..self.clients + self.workers {
+            let mut caller = Caller {
+                id,
+                stub: stub(replicas[id % replicas.len()]),
+                recorder: recorder.clone(),
+                keys: Vec::new(),
+                pause_chance: self.pause_chance,
+            };
+            let worker = id >= self.clients;
+            tasks.push(tokio::spawn(async move {
+                if worker {
+                    caller.work_until(until).await;
+                } else {
+                    caller.call_until(until).await;
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+    }
+
+    /// After the faults: workers only, until the due queue stays empty.
+    pub async fn drain(replicas: &[SocketAddr], recorder: &Recorder, within: Duration) {
+        let mut worker = Caller {
+            id: 10_000,
+            stub: stub(replicas[0]),
+            recorder: recorder.clone(),
+            keys: Vec::new(),
+            pause_chance: 0.0,
+        };
+        let until = tokio::time::Instant::now() + within;
+        let mut idle_since = None;
+        while tokio::time::Instant::now() < until {
+            let handed = worker.claim_due().await;
+            if handed.is_empty() {
+                let idle = *idle_since.get_or_insert_with(tokio::time::Instant::now);
+                // Leases of stalled holders lapse within one lease; then nothing is due.
+                if idle.elapsed() > LEASE * 3 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            idle_since = None;
+            for granted in handed {
+                let report = if granted.reconcile {
+                    Report::Success(b"reconciled".to_vec())
+                } else {
+                    Report::Success(
+                        format!("drained:{}:{}", granted.key, granted.token).into_bytes(),
+                    )
+                };
+                worker.complete(&granted, report).await;
+            }
+        }
+    }
+}

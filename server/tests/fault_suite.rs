@@ -1,0 +1,556 @@
+//! The fault suite: three server replicas on one PostgreSQL, clients spread
+//! over them through fault-injecting proxies, and in each scenario faults
+//! while the workload runs: a replica SIGKILLed and restarted, PostgreSQL
+//! stopped with `-m immediate` and restarted, the network to PostgreSQL and
+//! to the replicas cut, blackholed and slowed, and holders stalled past their
+//! lease (the paused-process case). Every call is recorded; afterwards workers
+//! drain the due queue and the checker (`fault/checker.rs`) holds the history
+//! and the final database against the guarantees. A build with a planted bug
+//! must make the checker fail, and each property's check is shown to fail on
+//! a history that breaks it.
+//!
+//! Each scenario runs a fixed time (`SCENARIO`), so the suite is bounded.
+
+mod fault;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fault::checker::{self, Final, Violation};
+use fault::history::{Answer, Call, Event, Granted, Recorder, Report};
+use fault::proxy::{Proxy, Target};
+use fault::workload::{NAMESPACE, Workload};
+use fault::{Cluster, Replica, free_address};
+use sqlx::{Connection, PgConnection};
+
+const REPLICAS: usize = 3;
+const SCENARIO: Duration = Duration::from_secs(10);
+const DRAIN: Duration = Duration::from_secs(15);
+
+/// The faults a scenario injects, each at its offset from the start.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    KillReplica(usize),
+    RestartReplica(usize),
+    CrashPostgres,
+    CutDatabase,
+    BlackholeDatabase(Duration),
+    SlowDatabase(Duration, Duration),
+    CutClients,
+    BlackholeClients(usize, Duration),
+}
+
+struct Scenario {
+    name: &'static str,
+    faults: Vec<(Duration, Fault)>,
+    pause_chance: f64,
+    planted_bug: bool,
+}
+
+struct Environment {
+    cluster: Arc<Cluster>,
+    database_proxy: Proxy,
+    replicas: Vec<Replica>,
+    client_proxies: Vec<Proxy>,
+}
+
+async fn environment(cluster: &Arc<Cluster>, database: &str, planted_bug: bool) -> Environment {
+    let mut admin = PgConnection::connect_with(&cluster.direct("postgres"))
+        .await
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}")))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    admin.close().await.unwrap();
+    let database_proxy = Proxy::start(Target::Unix(cluster.socket.clone())).await;
+    let url = format!(
+        "postgres://{}@{}/{database}",
+        opreg_server::embedded::SUPERUSER,
+        database_proxy.address
+    );
+    let mut settings = vec![
+        ("OPREG_MAINTENANCE_INTERVAL", "1s"),
+        ("OPREG_HEALTH_PROBE_INTERVAL", "500ms"),
+        ("OPREG_POOL_MAX_CONNECTIONS", "8"),
+        ("OPREG_GAUGE_REFRESH_INTERVAL", "5s"),
+    ];
+    if planted_bug {
+        settings.push(("OPREG_PLANTED_BUG", "acknowledge-stale-complete"));
+    }
+    let log_dir = cluster.root.join(database);
+    std::fs::create_dir_all(&log_dir).unwrap();
+    let mut replicas = Vec::new();
+    let mut client_proxies = Vec::new();
+    for index in 0..REPLICAS {
+        let address = free_address();
+        let log = log_dir.join(format!("replica-{index}.log"));
+        // The first replica migrates; the others find nothing to do.
+        replicas.push(tokio::task::block_in_place(|| {
+            Replica::start(address, &url, &settings, log)
+        }));
+        client_proxies.push(Proxy::start(Target::Tcp(address)).await);
+    }
+    Environment {
+        cluster: Arc::clone(cluster),
+        database_proxy,
+        replicas,
+        client_proxies,
+    }
+}
+
+impl Environment {
+    fn endpoints(&self) -> Vec<SocketAddr> {
+        self.client_proxies
+            .iter()
+            .map(|proxy| proxy.address)
+            .collect()
+    }
+
+    async fn inject(&mut self, fault: Fault) {
+        match fault {
+            Fault::KillReplica(index) => self.replicas[index].kill(),
+            Fault::RestartReplica(index) => {
+                tokio::task::block_in_place(|| self.replicas[index].restart());
+            }
+            Fault::CrashPostgres => {
+                tokio::task::block_in_place(|| self.cluster.crash_and_restart())
+            }
+            Fault::CutDatabase => self.database_proxy.cut(),
+            Fault::BlackholeDatabase(length) => {
+                self.database_proxy.blackhole(true);
+                tokio::time::sleep(length).await;
+                self.database_proxy.blackhole(false);
+            }
+            Fault::SlowDatabase(delay, length) => {
+                self.database_proxy.latency(delay);
+                tokio::time::sleep(length).await;
+                self.database_proxy.heal();
+            }
+            Fault::CutClients => self.client_proxies.iter().for_each(Proxy::cut),
+            Fault::BlackholeClients(index, length) => {
+                self.client_proxies[index].blackhole(true);
+                tokio::time::sleep(length).await;
+                self.client_proxies[index].blackhole(false);
+            }
+        }
+    }
+
+    fn heal(&mut self) {
+        self.database_proxy.heal();
+        self.client_proxies.iter().for_each(Proxy::heal);
+    }
+}
+
+async fn final_state(cluster: &Cluster, database: &str) -> Final {
+    let mut db = PgConnection::connect_with(&cluster.direct(database))
+        .await
+        .unwrap();
+    let mut end = Final::default();
+    type Row = (String, String, Option<Vec<u8>>, Option<String>);
+    let operations: Vec<Row> = sqlx::query_as(
+        "SELECT operation_key, status, result, failure_code FROM operations WHERE namespace = $1",
+    )
+    .bind(NAMESPACE)
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    for (key, status, result, code) in operations {
+        end.operations
+            .insert(key, (status, result.unwrap_or_default(), code));
+    }
+    let executions: Vec<(String, i64, String, String)> = sqlx::query_as(
+        "SELECT operation_key, fencing_token, kind, outcome FROM executions
+         WHERE namespace = $1 ORDER BY operation_key, fencing_token",
+    )
+    .bind(NAMESPACE)
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    for (key, token, kind, outcome) in executions {
+        end.executions
+            .entry(key)
+            .or_default()
+            .push((token as u64, kind, outcome));
+    }
+    let resources: Vec<(String, i64, Vec<u8>)> =
+        sqlx::query_as("SELECT resource, fence, value FROM resources WHERE namespace = $1")
+            .bind(NAMESPACE)
+            .fetch_all(&mut db)
+            .await
+            .unwrap();
+    for (resource, fence, value) in resources {
+        end.resources.insert(resource, (fence as u64, value));
+    }
+    // Past one maintenance interval and a lease beyond due, with workers pulling.
+    end.stranded = sqlx::query_as(
+        "SELECT operation_key, status FROM operations
+         WHERE namespace = $1 AND held_at IS NULL AND (
+             (status = 'in_progress' AND lease_expires_at < clock_timestamp() - interval '3 seconds')
+          OR (status = 'retry_scheduled' AND next_attempt_at < clock_timestamp() - interval '3 seconds'))",
+    )
+    .bind(NAMESPACE)
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    db.close().await.unwrap();
+    end
+}
+
+struct Outcome {
+    calls: usize,
+    acknowledged: usize,
+    violations: Vec<Violation>,
+}
+
+async fn run(cluster: &Arc<Cluster>, index: usize, scenario: &Scenario) -> Outcome {
+    let database = format!("fault_{index}");
+    let mut environment = environment(cluster, &database, scenario.planted_bug).await;
+    let endpoints = environment.endpoints();
+    let recorder = Recorder::new();
+    let workload = Workload {
+        clients: 12,
+        workers: 3,
+        pause_chance: scenario.pause_chance,
+    };
+    let running = {
+        let recorder = recorder.clone();
+        let endpoints = endpoints.clone();
+        tokio::spawn(async move { workload.run(&endpoints, &recorder, SCENARIO).await })
+    };
+    let mut injected = Vec::new();
+    for &(offset, fault) in &scenario.faults {
+        let wait = offset.saturating_sub(recorder.now());
+        tokio::time::sleep(wait).await;
+        injected.push((recorder.now(), fault));
+        environment.inject(fault).await;
+    }
+    running.await.unwrap();
+    environment.heal();
+    Workload::drain(&endpoints, &recorder, DRAIN).await;
+    let events = recorder.events();
+    let end = final_state(cluster, &database).await;
+    let violations = checker::check(&events, &end);
+    report(scenario.name, &events, &injected, &violations);
+    Outcome {
+        calls: events.len(),
+        acknowledged: checker::acknowledged(&events),
+        violations,
+    }
+}
+
+/// Per scenario: calls, faults, acknowledged operations, violations, and how
+/// long callers saw errors after each fault.
+fn report(name: &str, events: &[Event], injected: &[(Duration, Fault)], violations: &[Violation]) {
+    println!(
+        "scenario {name}: {} calls, {} faults, {} operations acknowledged, {} violations",
+        events.len(),
+        injected.len(),
+        checker::acknowledged(events),
+        violations.len()
+    );
+    for (position, (at, fault)) in injected.iter().enumerate() {
+        let until = injected
+            .get(position + 1)
+            .map_or(Duration::MAX, |next| next.0);
+        let errors: Vec<&Event> = events
+            .iter()
+            .filter(|event| event.indefinite() && event.completed >= *at && event.completed < until)
+            .collect();
+        let window = errors
+            .iter()
+            .map(|event| event.completed)
+            .max()
+            .map_or(Duration::ZERO, |last| last - *at);
+        println!(
+            "  {:>6.2}s {fault:?}: {} calls failed in doubt, the last {:.2}s after",
+            at.as_secs_f64(),
+            errors.len(),
+            window.as_secs_f64()
+        );
+    }
+    for violation in violations.iter().take(10) {
+        println!("  violation {violation}");
+    }
+}
+
+fn secs(seconds: u64) -> Duration {
+    Duration::from_secs(seconds)
+}
+
+fn millis(milliseconds: u64) -> Duration {
+    Duration::from_millis(milliseconds)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_guarantees_hold_under_faults_and_a_planted_bug_is_caught() {
+    let cluster = Arc::new(
+        tokio::task::spawn_blocking(|| Cluster::start("suite"))
+            .await
+            .unwrap(),
+    );
+    let scenarios = [
+        Scenario {
+            name: "no faults",
+            faults: vec![],
+            pause_chance: 0.1,
+            planted_bug: false,
+        },
+        Scenario {
+            name: "a replica SIGKILLed mid-call, then restarted",
+            faults: vec![
+                (secs(3), Fault::KillReplica(0)),
+                (secs(5), Fault::RestartReplica(0)),
+            ],
+            pause_chance: 0.1,
+            planted_bug: false,
+        },
+        Scenario {
+            name: "PostgreSQL stopped -m immediate, then restarted",
+            faults: vec![(secs(3), Fault::CrashPostgres)],
+            pause_chance: 0.1,
+            planted_bug: false,
+        },
+        Scenario {
+            name: "the network to PostgreSQL cut, blackholed, slowed",
+            faults: vec![
+                (secs(2), Fault::CutDatabase),
+                (secs(4), Fault::BlackholeDatabase(secs(2))),
+                (secs(7), Fault::SlowDatabase(millis(30), secs(2))),
+            ],
+            pause_chance: 0.1,
+            planted_bug: false,
+        },
+        Scenario {
+            name: "the network to the replicas cut and blackholed",
+            faults: vec![
+                (secs(3), Fault::CutClients),
+                (secs(5), Fault::BlackholeClients(1, secs(2))),
+            ],
+            pause_chance: 0.1,
+            planted_bug: false,
+        },
+        Scenario {
+            name: "combined",
+            faults: vec![
+                (secs(2), Fault::KillReplica(1)),
+                (secs(3), Fault::CutDatabase),
+                (secs(4), Fault::CrashPostgres),
+                (secs(6), Fault::RestartReplica(1)),
+                (secs(7), Fault::CutClients),
+            ],
+            pause_chance: 0.15,
+            planted_bug: false,
+        },
+    ];
+    let mut failures = Vec::new();
+    for (index, scenario) in scenarios.iter().enumerate() {
+        let outcome = run(&cluster, index, scenario).await;
+        assert!(
+            outcome.calls > 100 && outcome.acknowledged > 10,
+            "{}: too little work to judge",
+            scenario.name
+        );
+        if !outcome.violations.is_empty() {
+            failures.push(format!("{}: {:?}", scenario.name, outcome.violations));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+
+    // The same checker on a build that acknowledges stale Completes.
+    let planted = Scenario {
+        name: "planted bug: stale Completes acknowledged",
+        faults: vec![],
+        pause_chance: 0.3,
+        planted_bug: true,
+    };
+    let outcome = run(&cluster, scenarios.len(), &planted).await;
+    assert!(
+        outcome
+            .violations
+            .iter()
+            .any(|violation| violation.property == checker::ONE_HOLDER),
+        "the checker missed the planted bug: {:?}",
+        outcome.violations
+    );
+}
+
+// -- each property's check fails on a history that breaks it ---------------
+
+fn event(client: usize, call: Call, invoked: u64, completed: u64, answer: Answer) -> Event {
+    Event {
+        client,
+        call,
+        invoked: millis(invoked),
+        completed: millis(completed),
+        answer,
+    }
+}
+
+fn granted(key: &str, token: u64) -> Answer {
+    Answer::Leases(vec![Granted {
+        key: key.into(),
+        token,
+        reconcile: false,
+    }])
+}
+
+fn claim(key: &str) -> Call {
+    Call::Claim {
+        key: key.into(),
+        conflicting: false,
+    }
+}
+
+fn complete(key: &str, token: u64, result: &str) -> Call {
+    Call::Complete {
+        key: key.into(),
+        token,
+        report: Report::Success(result.into()),
+    }
+}
+
+fn write(key: &str, token: u64, value: &str) -> Call {
+    Call::FencedWrite {
+        resource: "r".into(),
+        key: key.into(),
+        token,
+        value: value.into(),
+    }
+}
+
+fn succeeded(key: &str, result: &str) -> Final {
+    let mut end = Final::default();
+    end.operations
+        .insert(key.into(), ("succeeded".into(), result.into(), None));
+    end
+}
+
+fn properties(violations: &[Violation]) -> Vec<&'static str> {
+    let mut found: Vec<_> = violations
+        .iter()
+        .map(|violation| violation.property)
+        .collect();
+    found.dedup();
+    found
+}
+
+#[test]
+fn a_consistent_history_passes() {
+    let events = [
+        event(0, claim("k"), 0, 10, granted("k", 1)),
+        event(0, write("k", 1, "v1"), 20, 30, Answer::Accepted),
+        event(0, complete("k", 1, "ok"), 40, 50, Answer::Accepted),
+    ];
+    let mut end = succeeded("k", "ok");
+    end.resources.insert("r".into(), (1, b"v1".to_vec()));
+    assert_eq!(checker::check(&events, &end), vec![]);
+}
+
+#[test]
+fn a_complete_accepted_after_a_takeover_breaks_one_holder() {
+    let events = [
+        event(0, claim("k"), 0, 10, granted("k", 1)),
+        event(1, Call::ClaimDue, 2_000, 2_010, granted("k", 2)),
+        event(0, complete("k", 1, "stale"), 2_500, 2_510, Answer::Accepted),
+    ];
+    let found = properties(&checker::check(&events, &succeeded("k", "stale")));
+    assert!(found.contains(&checker::ONE_HOLDER), "{found:?}");
+}
+
+#[test]
+fn a_token_reused_or_going_backwards_breaks_tokens() {
+    let events = [
+        event(0, claim("a"), 0, 10, granted("a", 5)),
+        event(1, claim("b"), 20, 30, granted("b", 5)),
+        event(2, claim("c"), 40, 50, granted("c", 3)),
+    ];
+    let found = checker::check(&events, &Final::default());
+    assert_eq!(
+        found
+            .iter()
+            .filter(|v| v.property == checker::TOKENS)
+            .count(),
+        3,
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_superseded_write_or_a_wrong_final_value_breaks_fencing() {
+    let events = [
+        event(0, write("k", 7, "new"), 0, 10, Answer::Accepted),
+        event(1, write("j", 6, "old"), 20, 30, Answer::Accepted),
+    ];
+    let mut end = Final::default();
+    end.resources.insert("r".into(), (6, b"old".to_vec()));
+    let found = checker::check(&events, &end);
+    assert_eq!(
+        found
+            .iter()
+            .filter(|v| v.property == checker::FENCING)
+            .count(),
+        2,
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_replay_or_an_acknowledgement_the_database_contradicts_is_caught() {
+    let events = [
+        event(0, complete("k", 1, "ok"), 0, 10, Answer::Accepted),
+        event(
+            1,
+            claim("k"),
+            20,
+            30,
+            Answer::Replayed {
+                key: "k".into(),
+                status: "succeeded".into(),
+                result: b"ok".to_vec(),
+                failure_code: None,
+            },
+        ),
+    ];
+    let found = properties(&checker::check(&events, &succeeded("k", "different")));
+    assert!(
+        found.contains(&checker::DURABLE) && found.contains(&checker::REPLAYS),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_re_execution_before_a_reconcile_breaks_unknown() {
+    let mut end = succeeded("k", "ok");
+    end.executions.insert(
+        "k".into(),
+        vec![
+            (1, "first".into(), "unknown".into()),
+            (2, "retry".into(), "succeeded".into()),
+        ],
+    );
+    assert_eq!(
+        properties(&checker::check(&[], &end)),
+        vec![checker::UNKNOWN]
+    );
+    end.executions.insert(
+        "k".into(),
+        vec![
+            (1, "first".into(), "unknown".into()),
+            (2, "reconcile".into(), "retryable".into()),
+            (3, "retry".into(), "succeeded".into()),
+        ],
+    );
+    assert_eq!(checker::check(&[], &end), vec![]);
+}
+
+#[test]
+fn a_stranded_operation_breaks_settled() {
+    let mut end = Final::default();
+    end.stranded.push(("k".into(), "in_progress".into()));
+    assert_eq!(
+        properties(&checker::check(&[], &end)),
+        vec![checker::SETTLED]
+    );
+}
