@@ -20,7 +20,7 @@ use std::time::Duration;
 use fault::checker::{self, Final, Violation};
 use fault::history::{Answer, Call, Event, Granted, Recorder, Report};
 use fault::proxy::{Proxy, Target};
-use fault::workload::{NAMESPACE, Workload};
+use fault::workload::Workload;
 use fault::{Cluster, Replica, free_address};
 use sqlx::{Connection, PgConnection};
 
@@ -143,61 +143,6 @@ impl Environment {
     }
 }
 
-async fn final_state(cluster: &Cluster, database: &str) -> Final {
-    let mut db = PgConnection::connect_with(&cluster.direct(database))
-        .await
-        .unwrap();
-    let mut end = Final::default();
-    type Row = (String, String, Option<Vec<u8>>, Option<String>);
-    let operations: Vec<Row> = sqlx::query_as(
-        "SELECT operation_key, status, result, failure_code FROM operations WHERE namespace = $1",
-    )
-    .bind(NAMESPACE)
-    .fetch_all(&mut db)
-    .await
-    .unwrap();
-    for (key, status, result, code) in operations {
-        end.operations
-            .insert(key, (status, result.unwrap_or_default(), code));
-    }
-    let executions: Vec<(String, i64, String, String)> = sqlx::query_as(
-        "SELECT operation_key, fencing_token, kind, outcome FROM executions
-         WHERE namespace = $1 ORDER BY operation_key, fencing_token",
-    )
-    .bind(NAMESPACE)
-    .fetch_all(&mut db)
-    .await
-    .unwrap();
-    for (key, token, kind, outcome) in executions {
-        end.executions
-            .entry(key)
-            .or_default()
-            .push((token as u64, kind, outcome));
-    }
-    let resources: Vec<(String, i64, Vec<u8>)> =
-        sqlx::query_as("SELECT resource, fence, value FROM resources WHERE namespace = $1")
-            .bind(NAMESPACE)
-            .fetch_all(&mut db)
-            .await
-            .unwrap();
-    for (resource, fence, value) in resources {
-        end.resources.insert(resource, (fence as u64, value));
-    }
-    // Past one maintenance interval and a lease beyond due, with workers pulling.
-    end.stranded = sqlx::query_as(
-        "SELECT operation_key, status FROM operations
-         WHERE namespace = $1 AND held_at IS NULL AND (
-             (status = 'in_progress' AND lease_expires_at < clock_timestamp() - interval '3 seconds')
-          OR (status = 'retry_scheduled' AND next_attempt_at < clock_timestamp() - interval '3 seconds'))",
-    )
-    .bind(NAMESPACE)
-    .fetch_all(&mut db)
-    .await
-    .unwrap();
-    db.close().await.unwrap();
-    end
-}
-
 struct Outcome {
     calls: usize,
     acknowledged: usize,
@@ -230,48 +175,17 @@ async fn run(cluster: &Arc<Cluster>, index: usize, scenario: &Scenario) -> Outco
     environment.heal();
     Workload::drain(&endpoints, &recorder, DRAIN).await;
     let events = recorder.events();
-    let end = final_state(cluster, &database).await;
+    let end = fault::final_state(cluster.direct(&database)).await;
     let violations = checker::check(&events, &end);
-    report(scenario.name, &events, &injected, &violations);
+    let injected: Vec<(Duration, String)> = injected
+        .iter()
+        .map(|(at, fault)| (*at, format!("{fault:?}")))
+        .collect();
+    fault::report(scenario.name, &events, &injected, &violations);
     Outcome {
         calls: events.len(),
         acknowledged: checker::acknowledged(&events),
         violations,
-    }
-}
-
-/// Per scenario: calls, faults, acknowledged operations, violations, and how
-/// long callers saw errors after each fault.
-fn report(name: &str, events: &[Event], injected: &[(Duration, Fault)], violations: &[Violation]) {
-    println!(
-        "scenario {name}: {} calls, {} faults, {} operations acknowledged, {} violations",
-        events.len(),
-        injected.len(),
-        checker::acknowledged(events),
-        violations.len()
-    );
-    for (position, (at, fault)) in injected.iter().enumerate() {
-        let until = injected
-            .get(position + 1)
-            .map_or(Duration::MAX, |next| next.0);
-        let errors: Vec<&Event> = events
-            .iter()
-            .filter(|event| event.indefinite() && event.completed >= *at && event.completed < until)
-            .collect();
-        let window = errors
-            .iter()
-            .map(|event| event.completed)
-            .max()
-            .map_or(Duration::ZERO, |last| last - *at);
-        println!(
-            "  {:>6.2}s {fault:?}: {} calls failed in doubt, the last {:.2}s after",
-            at.as_secs_f64(),
-            errors.len(),
-            window.as_secs_f64()
-        );
-    }
-    for violation in violations.iter().take(10) {
-        println!("  violation {violation}");
     }
 }
 

@@ -16,6 +16,11 @@ use std::time::{Duration, Instant};
 
 use opreg_server::embedded::{EmbeddedOptions, EmbeddedPostgres};
 use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, PgConnection};
+
+use checker::{Final, Violation};
+use history::Event;
+use workload::NAMESPACE;
 
 /// PostgreSQL on a thread of its own (it is told to stop when the thread that
 /// started it exits), which crashes it and starts it again on request.
@@ -161,4 +166,99 @@ pub fn free_address() -> SocketAddr {
         .unwrap()
         .local_addr()
         .unwrap()
+}
+
+/// The operations, executions and resources of the workload's namespace at
+/// the end, and what is stranded.
+pub async fn final_state(options: PgConnectOptions) -> Final {
+    let mut db = PgConnection::connect_with(&options).await.unwrap();
+    let mut end = Final::default();
+    type Row = (String, String, Option<Vec<u8>>, Option<String>);
+    let operations: Vec<Row> = sqlx::query_as(
+        "SELECT operation_key, status, result, failure_code FROM operations WHERE namespace = $1",
+    )
+    .bind(NAMESPACE)
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    for (key, status, result, code) in operations {
+        end.operations
+            .insert(key, (status, result.unwrap_or_default(), code));
+    }
+    let executions: Vec<(String, i64, String, String)> = sqlx::query_as(
+        "SELECT operation_key, fencing_token, kind, outcome FROM executions
+         WHERE namespace = $1 ORDER BY operation_key, fencing_token",
+    )
+    .bind(NAMESPACE)
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    for (key, token, kind, outcome) in executions {
+        end.executions
+            .entry(key)
+            .or_default()
+            .push((token as u64, kind, outcome));
+    }
+    let resources: Vec<(String, i64, Vec<u8>)> =
+        sqlx::query_as("SELECT resource, fence, value FROM resources WHERE namespace = $1")
+            .bind(NAMESPACE)
+            .fetch_all(&mut db)
+            .await
+            .unwrap();
+    for (resource, fence, value) in resources {
+        end.resources.insert(resource, (fence as u64, value));
+    }
+    // Past one maintenance interval and a lease beyond due, with workers pulling.
+    end.stranded = sqlx::query_as(
+        "SELECT operation_key, status FROM operations
+         WHERE namespace = $1 AND held_at IS NULL AND (
+             (status = 'in_progress' AND lease_expires_at < clock_timestamp() - interval '3 seconds')
+          OR (status = 'retry_scheduled' AND next_attempt_at < clock_timestamp() - interval '3 seconds'))",
+    )
+    .bind(NAMESPACE)
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    db.close().await.unwrap();
+    end
+}
+
+/// Per scenario: calls, faults, acknowledged operations, violations, and how
+/// long callers saw errors after each fault.
+pub fn report(
+    name: &str,
+    events: &[Event],
+    injected: &[(Duration, String)],
+    violations: &[Violation],
+) {
+    println!(
+        "scenario {name}: {} calls, {} faults, {} operations acknowledged, {} violations",
+        events.len(),
+        injected.len(),
+        checker::acknowledged(events),
+        violations.len()
+    );
+    for (position, (at, fault)) in injected.iter().enumerate() {
+        let until = injected
+            .get(position + 1)
+            .map_or(Duration::MAX, |next| next.0);
+        let errors: Vec<&Event> = events
+            .iter()
+            .filter(|event| event.indefinite() && event.completed >= *at && event.completed < until)
+            .collect();
+        let window = errors
+            .iter()
+            .map(|event| event.completed)
+            .max()
+            .map_or(Duration::ZERO, |last| last - *at);
+        println!(
+            "  {:>6.2}s {fault}: {} calls failed in doubt, the last {:.2}s after",
+            at.as_secs_f64(),
+            errors.len(),
+            window.as_secs_f64()
+        );
+    }
+    for violation in violations.iter().take(10) {
+        println!("  violation {violation}");
+    }
 }
