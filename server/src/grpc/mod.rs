@@ -6,7 +6,7 @@ mod authenticate;
 mod edge;
 mod incoming;
 mod rate_limit;
-mod requests;
+pub mod requests;
 mod responses;
 mod status;
 
