@@ -6,14 +6,15 @@ mod authenticate;
 mod edge;
 mod incoming;
 mod rate_limit;
+/// Public for the fuzz targets (`fuzz/`), which feed it arbitrary messages.
 pub mod requests;
 mod responses;
 mod status;
 
-use opreg_proto::v1 as pb;
-use opreg_proto::v1::operation_registry_server::{OperationRegistry, OperationRegistryServer};
 use std::sync::Arc;
 
+use opreg_proto::v1 as pb;
+use opreg_proto::v1::operation_registry_server::{OperationRegistry, OperationRegistryServer};
 use tonic::{Request, Response, Status};
 
 use crate::access::{Caller, Role};

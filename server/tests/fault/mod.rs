@@ -224,14 +224,20 @@ pub async fn final_state(options: PgConnectOptions) -> Final {
 }
 
 /// Per scenario: calls, faults, acknowledged operations, violations, and how
-/// long callers saw errors after each fault.
+/// long callers saw errors after each fault. Printed, and appended to `file`
+/// under the test target's scratch directory, which `.ci/run` shows (the test
+/// harness keeps a passing test's output to itself).
 pub fn report(
+    file: &str,
     name: &str,
     events: &[Event],
     injected: &[(Duration, String)],
     violations: &[Violation],
 ) {
-    println!(
+    use std::fmt::Write as _;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
         "scenario {name}: {} calls, {} faults, {} operations acknowledged, {} violations",
         events.len(),
         injected.len(),
@@ -251,7 +257,8 @@ pub fn report(
             .map(|event| event.completed)
             .max()
             .map_or(Duration::ZERO, |last| last - *at);
-        println!(
+        let _ = writeln!(
+            text,
             "  {:>6.2}s {fault}: {} calls failed in doubt, the last {:.2}s after",
             at.as_secs_f64(),
             errors.len(),
@@ -259,6 +266,20 @@ pub fn report(
         );
     }
     for violation in violations.iter().take(10) {
-        println!("  violation {violation}");
+        let _ = writeln!(text, "  violation {violation}");
     }
+    print!("{text}");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(file);
+    if let Ok(mut out) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = std::io::Write::write_all(&mut out, text.as_bytes());
+    }
+}
+
+/// Starts `file` afresh for this run's reports.
+pub fn start_report(file: &str) {
+    let _ = std::fs::remove_file(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(file));
 }
