@@ -10,7 +10,6 @@ use std::time::Duration;
 use common::*;
 use opreg_client::proto::{self as pb, ClaimOutcome, ExecutionKind, ExecutionOutcome};
 use serde_json::json;
-use sqlx::Connection;
 use tonic::Code;
 
 const NS: &str = "payouts";
@@ -142,14 +141,7 @@ async fn a_row_locked_by_another_worker_is_skipped_and_found_again() {
     settle(&mut client, NS, "locked", retryable(Some(Duration::ZERO))).await;
     settle(&mut client, NS, "free", retryable(Some(Duration::ZERO))).await;
 
-    let mut other = sqlx::PgConnection::connect_with(&app.db_options)
-        .await
-        .unwrap();
-    let mut tx = other.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM operations WHERE operation_key = 'locked' FOR UPDATE")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    let lock = app.lock_row("locked").await;
 
     let first = tokio::time::timeout(
         Duration::from_secs(5),
@@ -164,7 +156,7 @@ async fn a_row_locked_by_another_worker_is_skipped_and_found_again() {
     assert_eq!(keys, ["free"]);
     assert!(claim_due(&mut client, NS, "worker", 10).await.is_empty());
 
-    tx.rollback().await.unwrap();
+    lock.release().await;
     let again = claim_due(&mut client, NS, "worker", 10).await;
     assert_eq!(again.len(), 1, "the skipped row is due again");
     assert_eq!(again[0].operation.as_ref().unwrap().operation_key, "locked");

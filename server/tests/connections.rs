@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
-use sqlx::Connection;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -41,14 +40,7 @@ async fn calls_past_the_limit_are_shed_and_health_still_answers() {
     let mut client = app.client.clone();
     claim(&mut client, claim_request("ns", "locked", "w", json!({}))).await;
     app.expire_lease("ns", "locked").await;
-    let mut outside = sqlx::PgConnection::connect_with(&app.db_options)
-        .await
-        .unwrap();
-    let mut tx = outside.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM operations WHERE operation_key = 'locked' FOR UPDATE")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    let lock = app.lock_row("locked").await;
     let mut blocked = Vec::new();
     for i in 0..2 {
         let mut client = app.new_client().await;
@@ -80,7 +72,7 @@ async fn calls_past_the_limit_are_shed_and_health_still_answers() {
         "health is never shed"
     );
 
-    tx.rollback().await.unwrap();
+    lock.release().await;
     for call in blocked {
         call.await.unwrap().unwrap();
     }

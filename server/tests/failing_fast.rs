@@ -108,14 +108,7 @@ async fn a_locked_row_is_busy_for_its_callers_and_does_not_hold_up_other_keys() 
     let mut client = app.client.clone();
     claim(&mut client, claim_request("ns", "locked", "w", json!({}))).await;
     app.expire_lease("ns", "locked").await;
-    let mut outside = sqlx::PgConnection::connect_with(&app.db_options)
-        .await
-        .unwrap();
-    let mut tx = outside.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM operations WHERE operation_key = 'locked' FOR UPDATE")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    let lock = app.lock_row("locked").await;
 
     let mut waiting = Vec::new();
     for i in 0..20 {
@@ -156,7 +149,7 @@ async fn a_locked_row_is_busy_for_its_callers_and_does_not_hold_up_other_keys() 
         assert!(details.retry_info().is_some());
         assert!(took < Duration::from_secs(3), "{took:?}");
     }
-    tx.rollback().await.unwrap();
+    lock.release().await;
     let taken = claim(&mut client, claim_request("ns", "locked", "w2", json!({}))).await;
     assert!(taken.lease.is_some(), "free again once the lock is gone");
 }

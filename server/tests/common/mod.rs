@@ -154,6 +154,22 @@ impl TestApp {
         Some(answer.into_inner().status())
     }
 
+    /// Locks `key`'s operation row from a connection of its own, as a slow
+    /// transaction elsewhere would, until the lock is released.
+    pub async fn lock_row(&self, key: &str) -> RowLock {
+        let mut connection = PgConnection::connect_with(&self.db_options).await.unwrap();
+        sqlx::raw_sql("BEGIN")
+            .execute(&mut connection)
+            .await
+            .unwrap();
+        sqlx::query("SELECT 1 FROM operations WHERE operation_key = $1 FOR UPDATE")
+            .bind(key)
+            .execute(&mut connection)
+            .await
+            .unwrap();
+        RowLock(connection)
+    }
+
     /// Another client with its own HTTP/2 connection.
     pub async fn new_client(&self) -> Client {
         opreg_client::connect(self.endpoint.clone()).await.unwrap()
@@ -213,6 +229,18 @@ impl TestApp {
         .await
         .unwrap();
         assert_eq!(updated.rows_affected(), 1, "no scheduled retry");
+    }
+}
+
+/// A row lock held by an open transaction outside the server.
+pub struct RowLock(PgConnection);
+
+impl RowLock {
+    pub async fn release(mut self) {
+        sqlx::raw_sql("ROLLBACK")
+            .execute(&mut self.0)
+            .await
+            .unwrap();
     }
 }
 
