@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
+use sqlx::postgres::PgConnectOptions;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -21,7 +22,7 @@ use crate::grpc::{
 };
 use crate::maintenance;
 use crate::registry::{MaintenanceSettings, Registry};
-use crate::store::StoreHealth;
+use crate::store::{self, Sessions, StoreHealth};
 use crate::telemetry::grpc_layer::GrpcTelemetryLayer;
 use crate::telemetry::{gauges, health};
 use crate::telemetry::{metrics, metrics_http};
@@ -43,6 +44,9 @@ pub struct Application {
     registry: Registry,
     maintenance: MaintenanceSettings,
     pool: PgPool,
+    /// For the connections that must keep one server connection: the
+    /// maintenance lock's and the gauges'.
+    session_options: PgConnectOptions,
     gauge_refresh_interval: Duration,
     health_probe_interval: Duration,
     store_health: Arc<StoreHealth>,
@@ -77,7 +81,15 @@ impl Application {
         }
         let gate = Gate::new(Arc::new(RateLimits::new(config.rate_limits())));
         let store_health = Arc::new(StoreHealth::default());
-        let registry = Registry::new(pool.clone(), Arc::clone(&store_health), config.retry_caps());
+        let registry = Registry::new(
+            Sessions::new(pool.clone(), &config.pool_settings()),
+            Arc::clone(&store_health),
+            config.retry_caps(),
+        );
+        let session_options = match config.session_database()? {
+            Some(options) => store::session_options(options),
+            None => (*pool.connect_options()).clone(),
+        };
         Ok(Self {
             grpc_listener: bind(config.listen_addr, "gRPC (OPREG_LISTEN_ADDR)").await?,
             metrics_listener: bind(config.metrics_addr, "metrics (OPREG_METRICS_ADDR)").await?,
@@ -91,6 +103,7 @@ impl Application {
             registry,
             maintenance: config.maintenance_settings(),
             pool,
+            session_options,
             gauge_refresh_interval: config.gauge_refresh_interval,
             health_probe_interval: config.health_probe_interval,
             store_health,
@@ -116,15 +129,15 @@ impl Application {
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), BoxError> {
         let (reporter, health_service) = tonic_health::server::health_reporter();
         let health = health::Health::new(reporter).await;
-        let options = (*self.pool.connect_options()).clone();
+        // The probe takes the requests' path, through any pooler.
         let prober = tokio::spawn(health::probe_forever(
-            options.clone(),
+            (*self.pool.connect_options()).clone(),
             health.clone(),
             self.store_health,
             self.health_probe_interval,
         ));
         let _refresher = AbortOnDrop(tokio::spawn(gauges::refresh_forever(
-            options.clone(),
+            self.session_options.clone(),
             self.pool.clone(),
             self.gauge_refresh_interval,
         )));
@@ -134,7 +147,7 @@ impl Application {
             reload::POLL_INTERVAL,
         )));
         let maintainer = AbortOnDrop(tokio::spawn(maintenance::run_forever(
-            options,
+            self.session_options,
             self.registry,
             self.maintenance,
         )));

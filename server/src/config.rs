@@ -7,13 +7,14 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use sqlx::postgres::PgConnectOptions;
 
 use crate::access::tls::TlsFiles;
 use crate::domain::ids::Namespace;
 use crate::domain::policy::{LeaseBounds, PerNamespace, RetryPolicy};
 use crate::grpc::{ConnectionLimits, ParameterLimits, RequestLimits};
 use crate::registry::MaintenanceSettings;
-use crate::store::PoolSettings;
+use crate::store::{PoolSettings, Pooler};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -72,6 +73,19 @@ pub struct Config {
     /// A file holding the PostgreSQL URL (a mounted secret), read at start.
     #[arg(long, env = "OPREG_DATABASE_URL_FILE", conflicts_with = "database_url")]
     pub database_url_file: Option<PathBuf>,
+
+    /// What stands between opreg and PostgreSQL: `none` (PostgreSQL itself, or
+    /// a pooler in session mode) or `transaction` (PgBouncer's transaction
+    /// pooling: each call then runs in one transaction, and migrations and
+    /// the maintenance lock need OPREG_SESSION_DATABASE_URL).
+    #[arg(long, env = "OPREG_DATABASE_POOLER", default_value = "none")]
+    pub database_pooler: Pooler,
+
+    /// A URL with session semantics (PostgreSQL itself, or a pooler's session
+    /// pool) for what must keep one server connection: migrations, the
+    /// maintenance lock and the gauges. Absent: the main URL.
+    #[arg(long, env = "OPREG_SESSION_DATABASE_URL", hide_env_values = true)]
+    pub session_database_url: Option<String>,
 
     /// Directory of the embedded PostgreSQL [default: ~/.local/share/opreg, or /var/lib/opreg as root].
     #[arg(long, env = "OPREG_DATA_DIR")]
@@ -287,6 +301,17 @@ impl Config {
                 self.listen_addr
             ));
         }
+        if self.database_pooler == Pooler::Transaction && self.session_database_url.is_none() {
+            return Err(
+                "OPREG_DATABASE_POOLER=transaction needs OPREG_SESSION_DATABASE_URL: \
+                        migrations and the maintenance lock cannot run through transaction pooling"
+                    .into(),
+            );
+        }
+        if self.session_database_url.is_some() && self.database_url.is_none() {
+            return Err("OPREG_SESSION_DATABASE_URL goes with OPREG_DATABASE_URL".into());
+        }
+        self.session_database()?;
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return Err("OPREG_TLS_CERT and OPREG_TLS_KEY go together".into());
         }
@@ -427,7 +452,20 @@ impl Config {
             acquire_timeout: self.pool_acquire_timeout,
             statement_timeout: self.statement_timeout,
             lock_timeout: self.lock_timeout,
+            pooler: self.database_pooler,
         }
+    }
+
+    /// Where migrations, the maintenance lock and the gauges connect, when not
+    /// the main URL. The URL may hold a password: it is parsed, never shown.
+    pub fn session_database(&self) -> Result<Option<PgConnectOptions>, String> {
+        self.session_database_url
+            .as_deref()
+            .map(|url| {
+                PgConnectOptions::from_str(url)
+                    .map_err(|_| "OPREG_SESSION_DATABASE_URL is not a valid PostgreSQL URL".into())
+            })
+            .transpose()
     }
 
     /// The embedded PostgreSQL's directory.
@@ -619,5 +657,35 @@ mod tests {
         let mut config = Config::defaults();
         config.retry_initial_backoff = Duration::from_secs(600);
         assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn transaction_pooling_needs_a_session_url() {
+        let pooled = Config::parse_from([
+            "opreg-server",
+            "--database-url=postgres://opreg@pgbouncer:6432/opreg",
+            "--database-pooler=transaction",
+        ]);
+        assert!(
+            pooled
+                .validate()
+                .unwrap_err()
+                .contains("OPREG_SESSION_DATABASE_URL")
+        );
+        let with_session = Config::parse_from([
+            "opreg-server",
+            "--database-url=postgres://opreg@pgbouncer:6432/opreg",
+            "--database-pooler=transaction",
+            "--session-database-url=postgres://opreg@db:5432/opreg",
+        ]);
+        assert_eq!(with_session.validate(), Ok(()));
+        assert_eq!(with_session.pool_settings().pooler, Pooler::Transaction);
+        let unparsable = Config::parse_from([
+            "opreg-server",
+            "--database-url=postgres://opreg@db/opreg",
+            "--session-database-url=nonsense",
+        ]);
+        assert!(unparsable.validate().unwrap_err().contains("not a valid"));
+        assert!(Config::try_parse_from(["opreg-server", "--database-pooler=statement"]).is_err());
     }
 }

@@ -66,7 +66,7 @@ fn migrate(config: &Config) -> ExitCode {
             runtime.block_on(async {
                 let options = parse_url(url)?;
                 let pool = store::connect(options, &config.pool_settings()).await?;
-                store::MIGRATOR.run(&pool).await?;
+                store::migrate(&pool, config.session_database()?.as_ref()).await?;
                 pool.close().await;
                 Ok(())
             })
@@ -115,7 +115,7 @@ async fn serve(config: &Config, embedded: Option<&EmbeddedPostgres>) -> Result<(
         (None, None) => return Err("no database configured".into()),
     };
     let pool = store::connect(options, &config.pool_settings()).await?;
-    store::MIGRATOR.run(&pool).await?;
+    store::migrate(&pool, config.session_database()?.as_ref()).await?;
 
     let app = Application::build(config, pool.clone()).await?;
     tracing::info!(address = %app.local_addr()?, metrics = %app.metrics_addr()?, "opreg serving");

@@ -18,7 +18,7 @@ use std::time::Duration;
 use fault::checker;
 use fault::history::{Answer, Recorder};
 use fault::workload::Workload;
-use fault::{Replica, free_address};
+use fault::{Replica, free_address, installed};
 
 const LENGTH: Duration = Duration::from_secs(30);
 const KILL_AT: Duration = Duration::from_secs(5);
@@ -121,13 +121,6 @@ fn granted_before(events: &[fault::history::Event], token: u64, instant: Duratio
         event.completed < instant
             && matches!(&event.answer, Answer::Leases(granted) if granted.iter().any(|grant| grant.token == token))
     })
-}
-
-fn installed(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .is_ok_and(|output| output.status.success())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

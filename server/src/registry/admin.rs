@@ -2,7 +2,7 @@
 //! whether the status allows the action, then one guarded statement applies
 //! it and writes its audit row.
 
-use sqlx::Connection;
+use sqlx::{Connection, PgConnection};
 
 use super::Registry;
 use crate::domain::admin::{self, AdminAction};
@@ -13,50 +13,56 @@ use crate::telemetry::metrics;
 
 impl Registry {
     pub async fn act(&self, target: &AdminTarget, command: &AdminCommand) -> Result<AdminChange> {
-        let (namespace, key, actor) = (&target.namespace, &target.operation_key, &target.actor);
-        let mut connection = self.connection().await?;
-        let mut tx = connection.begin().await?;
-        let observed = operations::lock(&mut *tx, namespace, key)
-            .await?
-            .ok_or(RegistryError::OperationNotFound)?;
-        let operation = &observed.operation;
-        let (action, change) = match command {
-            AdminCommand::Resolve(resolution) => {
-                admin::resolve(operation)?;
-                let change = operations::resolve(&mut *tx, operation, actor, resolution).await?;
-                (AdminAction::Resolve, change)
-            }
-            AdminCommand::Requeue { revision, policy } => {
-                admin::requeue(operation)?;
-                let change =
-                    operations::requeue(&mut *tx, operation, actor, revision, policy).await?;
-                (AdminAction::Requeue, change)
-            }
-            AdminCommand::Hold => {
-                let hold = admin::hold(operation, observed.db_now)?;
-                let change =
-                    operations::hold(&mut *tx, operation, actor, hold.revoke_live_lease).await?;
-                (AdminAction::Hold, change)
-            }
-            AdminCommand::Release => {
-                let status = admin::release(operation)?;
-                let change = operations::release(&mut *tx, operation, actor, status).await?;
-                (AdminAction::Release, change)
-            }
-        };
-        let Some(change) = change else {
-            // The row lock makes this unreachable; refuse rather than half-write.
-            tracing::error!(namespace = %namespace, key = %key, %action, "admin action not applied under lock");
-            return Err(RegistryError::Internal);
-        };
-        tx.commit().await?;
-        metrics::admin_action(namespace, action);
-        tracing::info!(
-            namespace = %namespace, key = %key, %action, operator = %actor.operator,
-            status_before = change.audit.status_before.as_str(),
-            status_after = change.audit.status_after.as_str(),
-            "operator action recorded"
-        );
-        Ok(change)
+        self.run(async |db| act_on(db, target, command).await).await
     }
+}
+
+async fn act_on(
+    connection: &mut PgConnection,
+    target: &AdminTarget,
+    command: &AdminCommand,
+) -> Result<AdminChange> {
+    let (namespace, key, actor) = (&target.namespace, &target.operation_key, &target.actor);
+    let mut tx = connection.begin().await?;
+    let observed = operations::lock(&mut *tx, namespace, key)
+        .await?
+        .ok_or(RegistryError::OperationNotFound)?;
+    let operation = &observed.operation;
+    let (action, change) = match command {
+        AdminCommand::Resolve(resolution) => {
+            admin::resolve(operation)?;
+            let change = operations::resolve(&mut *tx, operation, actor, resolution).await?;
+            (AdminAction::Resolve, change)
+        }
+        AdminCommand::Requeue { revision, policy } => {
+            admin::requeue(operation)?;
+            let change = operations::requeue(&mut *tx, operation, actor, revision, policy).await?;
+            (AdminAction::Requeue, change)
+        }
+        AdminCommand::Hold => {
+            let hold = admin::hold(operation, observed.db_now)?;
+            let change =
+                operations::hold(&mut *tx, operation, actor, hold.revoke_live_lease).await?;
+            (AdminAction::Hold, change)
+        }
+        AdminCommand::Release => {
+            let status = admin::release(operation)?;
+            let change = operations::release(&mut *tx, operation, actor, status).await?;
+            (AdminAction::Release, change)
+        }
+    };
+    let Some(change) = change else {
+        // The row lock makes this unreachable; refuse rather than half-write.
+        tracing::error!(namespace = %namespace, key = %key, %action, "admin action not applied under lock");
+        return Err(RegistryError::Internal);
+    };
+    tx.commit().await?;
+    metrics::admin_action(namespace, action);
+    tracing::info!(
+        namespace = %namespace, key = %key, %action, operator = %actor.operator,
+        status_before = change.audit.status_before.as_str(),
+        status_after = change.audit.status_after.as_str(),
+        "operator action recorded"
+    );
+    Ok(change)
 }

@@ -42,50 +42,52 @@ enum Registration {
 
 impl Registry {
     pub async fn claim(&self, claim: &ClaimCommand) -> Result<ClaimAnswer> {
-        let mut connection = self.connection().await?;
-        let db = &mut *connection;
-        let mut observed = match register(db, claim).await? {
-            Registration::Registered(answer) => return Ok(answer),
-            Registration::Exists(observed) => observed,
-        };
-        for _ in 0..MAX_ROUNDS {
-            check_fingerprint(&observed.operation, claim)?;
-            let operation = &observed.operation;
-            let transitioned = match claim::decide(operation, &claim.lease.owner, observed.db_now) {
-                ClaimStep::Answer {
-                    outcome,
-                    retry_after,
-                } => {
-                    if matches!(outcome, ClaimOutcome::Acquired | ClaimOutcome::Reconcile) {
-                        metrics::execution(&claim.namespace, None);
-                    }
-                    return Ok(ClaimAnswer::new(outcome, observed.operation, retry_after));
+        self.run(async |db| claim_on(db, claim).await).await
+    }
+}
+
+async fn claim_on(db: &mut PgConnection, claim: &ClaimCommand) -> Result<ClaimAnswer> {
+    let mut observed = match register(db, claim).await? {
+        Registration::Registered(answer) => return Ok(answer),
+        Registration::Exists(observed) => observed,
+    };
+    for _ in 0..MAX_ROUNDS {
+        check_fingerprint(&observed.operation, claim)?;
+        let operation = &observed.operation;
+        let transitioned = match claim::decide(operation, &claim.lease.owner, observed.db_now) {
+            ClaimStep::Answer {
+                outcome,
+                retry_after,
+            } => {
+                if matches!(outcome, ClaimOutcome::Acquired | ClaimOutcome::Reconcile) {
+                    metrics::execution(&claim.namespace, None);
                 }
-                ClaimStep::Start(kind) => {
-                    operations::start_executions(&mut *db, &[operation], &[kind], &claim.lease)
-                        .await?
-                        .pop()
-                        .map(|started| {
-                            metrics::execution(&claim.namespace, Some(kind));
-                            ClaimAnswer::new(claim::started_outcome(kind), started, None)
-                        })
-                }
-                ClaimStep::Exhaust => operations::exhaust(&mut *db, &[operation])
+                return Ok(ClaimAnswer::new(outcome, observed.operation, retry_after));
+            }
+            ClaimStep::Start(kind) => {
+                operations::start_executions(&mut *db, &[operation], &[kind], &claim.lease)
                     .await?
                     .pop()
-                    .map(|dead| {
-                        metrics::finished(&claim.namespace, Status::Dead, dead.attempts);
-                        ClaimAnswer::new(ClaimOutcome::Dead, dead, None)
-                    }),
-            };
-            if let Some(answer) = transitioned {
-                return Ok(answer);
+                    .map(|started| {
+                        metrics::execution(&claim.namespace, Some(kind));
+                        ClaimAnswer::new(claim::started_outcome(kind), started, None)
+                    })
             }
-            observed = find_registered(db, claim).await?;
+            ClaimStep::Exhaust => operations::exhaust(&mut *db, &[operation])
+                .await?
+                .pop()
+                .map(|dead| {
+                    metrics::finished(&claim.namespace, Status::Dead, dead.attempts);
+                    ClaimAnswer::new(ClaimOutcome::Dead, dead, None)
+                }),
+        };
+        if let Some(answer) = transitioned {
+            return Ok(answer);
         }
-        tracing::warn!(namespace = %claim.namespace, key = %claim.operation_key, "claim kept losing races");
-        Err(RegistryError::StoreUnavailable)
+        observed = find_registered(db, claim).await?;
     }
+    tracing::warn!(namespace = %claim.namespace, key = %claim.operation_key, "claim kept losing races");
+    Err(RegistryError::StoreUnavailable)
 }
 
 async fn register(db: &mut PgConnection, claim: &ClaimCommand) -> Result<Registration> {

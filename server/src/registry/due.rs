@@ -21,50 +21,52 @@ impl Registry {
     /// Up to `command.limit` due operations, each now leased to the caller.
     pub async fn claim_due(&self, command: &ClaimDueCommand) -> Result<Vec<ClaimAnswer>> {
         let namespace = &command.namespace;
-        let mut connection = self.connection().await?;
-        let mut tx = connection.begin().await?;
-        let mut room = command.limit;
-        if let Some(cap) = *self.retry_caps.get(namespace) {
-            // Pullers of this namespace count and take leases one at a time,
-            // so together they never exceed the cap.
-            operations::serialize_retry_cap(&mut *tx, namespace).await?;
-            let live = operations::live_retry_leases(&mut *tx, namespace).await?;
-            room = room.min(cap.saturating_sub(live));
-        }
-        let mut handed = Vec::new();
-        for _ in 0..MAX_PAGES {
-            if room == 0 {
-                break;
+        self.run(async |connection| {
+            let mut tx = connection.begin().await?;
+            let mut room = command.limit;
+            if let Some(cap) = *self.retry_caps.get(namespace) {
+                // Pullers of this namespace count and take leases one at a time,
+                // so together they never exceed the cap.
+                operations::serialize_retry_cap(&mut *tx, namespace).await?;
+                let live = operations::live_retry_leases(&mut *tx, namespace).await?;
+                room = room.min(cap.saturating_sub(live));
             }
-            let page = operations::due(&mut *tx, namespace, room).await?;
-            let page_was_full = u32::try_from(page.len()).is_ok_and(|rows| rows == room);
-            let mut starts: Vec<&Operation> = Vec::new();
-            let mut kinds = Vec::new();
-            let mut exhausts: Vec<&Operation> = Vec::new();
-            for due in &page {
-                match claim::decide(&due.operation, &command.lease.owner, due.db_now) {
-                    ClaimStep::Start(kind) => {
-                        starts.push(&due.operation);
-                        kinds.push(kind);
+            let mut handed = Vec::new();
+            for _ in 0..MAX_PAGES {
+                if room == 0 {
+                    break;
+                }
+                let page = operations::due(&mut *tx, namespace, room).await?;
+                let page_was_full = u32::try_from(page.len()).is_ok_and(|rows| rows == room);
+                let mut starts: Vec<&Operation> = Vec::new();
+                let mut kinds = Vec::new();
+                let mut exhausts: Vec<&Operation> = Vec::new();
+                for due in &page {
+                    match claim::decide(&due.operation, &command.lease.owner, due.db_now) {
+                        ClaimStep::Start(kind) => {
+                            starts.push(&due.operation);
+                            kinds.push(kind);
+                        }
+                        ClaimStep::Exhaust => exhausts.push(&due.operation),
+                        // Not due after all by the clock read under the lock.
+                        ClaimStep::Answer { .. } => {}
                     }
-                    ClaimStep::Exhaust => exhausts.push(&due.operation),
-                    // Not due after all by the clock read under the lock.
-                    ClaimStep::Answer { .. } => {}
+                }
+                for dead in operations::exhaust(&mut *tx, &exhausts).await? {
+                    metrics::finished(namespace, Status::Dead, dead.attempts);
+                }
+                let started =
+                    operations::start_executions(&mut *tx, &starts, &kinds, &command.lease).await?;
+                room = room.saturating_sub(u32::try_from(started.len()).unwrap_or(u32::MAX));
+                handed.extend(started);
+                if exhausts.is_empty() || !page_was_full {
+                    break;
                 }
             }
-            for dead in operations::exhaust(&mut *tx, &exhausts).await? {
-                metrics::finished(namespace, Status::Dead, dead.attempts);
-            }
-            let started =
-                operations::start_executions(&mut *tx, &starts, &kinds, &command.lease).await?;
-            room = room.saturating_sub(u32::try_from(started.len()).unwrap_or(u32::MAX));
-            handed.extend(started);
-            if exhausts.is_empty() || !page_was_full {
-                break;
-            }
-        }
-        tx.commit().await?;
-        Ok(handed.into_iter().map(answer).collect())
+            tx.commit().await?;
+            Ok(handed.into_iter().map(answer).collect())
+        })
+        .await
     }
 }
 

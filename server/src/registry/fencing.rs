@@ -14,26 +14,28 @@ use crate::telemetry::metrics;
 impl Registry {
     pub async fn renew(&self, command: &RenewCommand) -> Result<Lease> {
         let (namespace, key) = (&command.namespace, &command.operation_key);
-        let mut connection = self.connection().await?;
-        let renewed = operations::renew(
-            &mut *connection,
-            namespace,
-            key,
-            &command.owner,
-            command.fencing_token,
-            command.lease_ttl,
-        )
-        .await?;
-        if let Some(lease) = renewed.as_ref().and_then(Operation::lease) {
-            return Ok(lease);
-        }
-        let current = operations::find(&mut *connection, namespace, key)
-            .await?
-            .ok_or(RegistryError::OperationNotFound)?
-            .operation;
-        // The token is checked first: a superseded holder learns it must stop.
-        check_current(&current, command.fencing_token, "Renew")?;
-        Err(RegistryError::LeaseNotHeld)
+        self.run(async |connection| {
+            let renewed = operations::renew(
+                &mut *connection,
+                namespace,
+                key,
+                &command.owner,
+                command.fencing_token,
+                command.lease_ttl,
+            )
+            .await?;
+            if let Some(lease) = renewed.as_ref().and_then(Operation::lease) {
+                return Ok(lease);
+            }
+            let current = operations::find(&mut *connection, namespace, key)
+                .await?
+                .ok_or(RegistryError::OperationNotFound)?
+                .operation;
+            // The token is checked first: a superseded holder learns it must stop.
+            check_current(&current, command.fencing_token, "Renew")?;
+            Err(RegistryError::LeaseNotHeld)
+        })
+        .await
     }
 
     /// Writes under the operation's row lock, so a write racing a takeover
@@ -44,38 +46,40 @@ impl Registry {
             &command.operation_key,
             command.fencing_token,
         );
-        let mut connection = self.connection().await?;
-        let mut tx = connection.begin().await?;
-        let operation = operations::lock(&mut *tx, namespace, key)
-            .await?
-            .ok_or(RegistryError::OperationNotFound)?
-            .operation;
-        check_current(&operation, token, "FencedWrite")?;
-        let written = resources::write_fenced(
-            &mut *tx,
-            namespace,
-            &command.resource,
-            key,
-            token,
-            &command.value,
-        )
-        .await?;
-        match written {
-            Some((fence, version)) => {
-                tx.commit().await?;
-                Ok((fence.get(), version))
+        self.run(async |connection| {
+            let mut tx = connection.begin().await?;
+            let operation = operations::lock(&mut *tx, namespace, key)
+                .await?
+                .ok_or(RegistryError::OperationNotFound)?
+                .operation;
+            check_current(&operation, token, "FencedWrite")?;
+            let written = resources::write_fenced(
+                &mut *tx,
+                namespace,
+                &command.resource,
+                key,
+                token,
+                &command.value,
+            )
+            .await?;
+            match written {
+                Some((fence, version)) => {
+                    tx.commit().await?;
+                    Ok((fence.get(), version))
+                }
+                None => {
+                    let fence = resources::find(&mut *tx, namespace, &command.resource)
+                        .await?
+                        .map_or(0, |resource| resource.fence.get());
+                    metrics::stale_token(namespace, "FencedWrite");
+                    Err(RegistryError::StaleFencingToken {
+                        presented: token.get(),
+                        current: fence,
+                    })
+                }
             }
-            None => {
-                let fence = resources::find(&mut *tx, namespace, &command.resource)
-                    .await?
-                    .map_or(0, |resource| resource.fence.get());
-                metrics::stale_token(namespace, "FencedWrite");
-                Err(RegistryError::StaleFencingToken {
-                    presented: token.get(),
-                    current: fence,
-                })
-            }
-        }
+        })
+        .await
     }
 }
 

@@ -52,23 +52,29 @@ impl Registry {
     async fn enforce_budgets(&self, settings: &MaintenanceSettings) -> Result<u64> {
         let mut exhausted = 0;
         for _ in 0..MAX_BATCHES_PER_STEP {
-            let mut connection = self.connection().await?;
-            let mut tx = connection.begin().await?;
-            let candidates =
-                operations::exhaustion_candidates(&mut *tx, settings.batch_size).await?;
-            let doomed: Vec<&Operation> = candidates
-                .iter()
-                .filter(|due| claim::decide(&due.operation, "", due.db_now) == ClaimStep::Exhaust)
-                .map(|due| &due.operation)
-                .collect();
-            let dead = operations::exhaust(&mut *tx, &doomed).await?;
-            tx.commit().await?;
+            let (candidates, dead) = self
+                .run(async |connection| {
+                    let mut tx = connection.begin().await?;
+                    let candidates =
+                        operations::exhaustion_candidates(&mut *tx, settings.batch_size).await?;
+                    let doomed: Vec<&Operation> = candidates
+                        .iter()
+                        .filter(|due| {
+                            claim::decide(&due.operation, "", due.db_now) == ClaimStep::Exhaust
+                        })
+                        .map(|due| &due.operation)
+                        .collect();
+                    let dead = operations::exhaust(&mut *tx, &doomed).await?;
+                    tx.commit().await?;
+                    Ok((candidates.len(), dead))
+                })
+                .await?;
             for operation in &dead {
                 metrics::maintenance_exhausted(&operation.namespace);
                 metrics::finished(&operation.namespace, Status::Dead, operation.attempts);
             }
             exhausted += dead.len() as u64;
-            if candidates.len() < settings.batch_size as usize {
+            if candidates < settings.batch_size as usize {
                 break;
             }
             tokio::time::sleep(settings.batch_pause).await;
@@ -79,34 +85,37 @@ impl Registry {
     /// Deletes finished operations older than their namespace's retention.
     async fn purge(&self, settings: &MaintenanceSettings) -> Result<u64> {
         let mut purged = 0;
-        let namespaces = {
-            let mut connection = self.connection().await?;
-            operations::namespaces_with_finished(&mut *connection).await?
-        };
+        let namespaces = self
+            .run(async |db| Ok(operations::namespaces_with_finished(db).await?))
+            .await?;
         for namespace in namespaces {
             let Some(retention) = *settings.retention.get(&namespace) else {
                 continue;
             };
             for _ in 0..MAX_BATCHES_PER_STEP {
-                let mut connection = self.connection().await?;
-                let deleted = operations::purge_finished(
-                    &mut *connection,
-                    &namespace,
-                    retention,
-                    settings.batch_size,
-                )
-                .await?;
+                let deleted = self
+                    .run(async |db| {
+                        Ok(operations::purge_finished(
+                            db,
+                            &namespace,
+                            retention,
+                            settings.batch_size,
+                        )
+                        .await?)
+                    })
+                    .await?;
                 metrics::purged(&namespace, deleted);
                 purged += deleted;
                 if deleted < u64::from(settings.batch_size) {
                     break;
                 }
-                drop(connection);
                 tokio::time::sleep(settings.batch_pause).await;
             }
-            let mut connection = self.connection().await?;
-            let lag =
-                operations::oldest_finished_age(&mut *connection, &namespace, retention).await?;
+            let lag = self
+                .run(async |db| {
+                    Ok(operations::oldest_finished_age(db, &namespace, retention).await?)
+                })
+                .await?;
             metrics::retention_lag(&namespace, lag);
         }
         Ok(purged)

@@ -13,14 +13,13 @@ mod read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::pool::PoolConnection;
-use sqlx::{PgPool, Postgres};
+use sqlx::PgConnection;
 
 use crate::domain::claim::ClaimOutcome;
 use crate::domain::error::{RegistryError, Result};
 use crate::domain::operation::{Lease, Operation};
 use crate::domain::policy::PerNamespace;
-use crate::store::StoreHealth;
+use crate::store::{Sessions, StoreHealth};
 use crate::telemetry::metrics;
 
 pub use claim::ClaimAnswer;
@@ -31,7 +30,7 @@ pub use read::{LookupAnswer, QueuePage};
 /// number of replicas may serve the same database.
 #[derive(Clone, Debug)]
 pub struct Registry {
-    pool: PgPool,
+    sessions: Sessions,
     store: Arc<StoreHealth>,
     /// Most retry, takeover and reconcile leases live at once per namespace,
     /// as ClaimDue hands them out; `None` for no cap.
@@ -40,26 +39,35 @@ pub struct Registry {
 
 impl Registry {
     pub fn new(
-        pool: PgPool,
+        sessions: Sessions,
         store: Arc<StoreHealth>,
         retry_caps: PerNamespace<Option<u32>>,
     ) -> Self {
         Self {
-            pool,
+            sessions,
             store,
             retry_caps: Arc::new(retry_caps),
         }
     }
 
-    /// One connection for one use case, counted while it waits for the pool
-    /// (also when the call is cancelled while waiting). While the health probe
-    /// finds the store down, refused at once rather than queued for the pool.
-    async fn connection(&self) -> Result<PoolConnection<Postgres>> {
+    /// Runs one use case on one connection, counted while it waits for the
+    /// pool (also when the call is cancelled while waiting). While the health
+    /// probe finds the store down, refused at once rather than queued for the
+    /// pool. Behind a transaction pooler the use case is one transaction,
+    /// committed only if it succeeds.
+    async fn run<T>(
+        &self,
+        use_case: impl AsyncFnOnce(&mut PgConnection) -> Result<T>,
+    ) -> Result<T> {
         if !self.store.is_up() {
             return Err(RegistryError::StoreUnavailable);
         }
-        let _waiting = metrics::PoolWaiter::start();
-        Ok(self.pool.acquire().await?)
+        let mut session = {
+            let _waiting = metrics::PoolWaiter::start();
+            self.sessions.open().await?
+        };
+        let outcome = use_case(&mut session).await;
+        session.finish(outcome).await
     }
 }
 

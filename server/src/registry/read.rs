@@ -24,39 +24,44 @@ pub struct QueuePage {
 
 impl Registry {
     pub async fn lookup(&self, query: &LookupQuery) -> Result<LookupAnswer> {
-        let mut connection = self.connection().await?;
         let (namespace, key) = (&query.namespace, &query.operation_key);
-        let operation = operations::find(&mut *connection, namespace, key)
-            .await?
-            .ok_or(RegistryError::OperationNotFound)?
-            .operation;
-        let executions = if query.include_executions {
-            executions::list(&mut *connection, namespace, key).await?
-        } else {
-            Vec::new()
-        };
-        let audit = if query.include_audit {
-            audit::list(&mut *connection, namespace, key).await?
-        } else {
-            Vec::new()
-        };
-        Ok(LookupAnswer {
-            operation,
-            executions,
-            audit,
+        self.run(async |db| {
+            let operation = operations::find(&mut *db, namespace, key)
+                .await?
+                .ok_or(RegistryError::OperationNotFound)?
+                .operation;
+            let executions = if query.include_executions {
+                executions::list(&mut *db, namespace, key).await?
+            } else {
+                Vec::new()
+            };
+            let audit = if query.include_audit {
+                audit::list(&mut *db, namespace, key).await?
+            } else {
+                Vec::new()
+            };
+            Ok(LookupAnswer {
+                operation,
+                executions,
+                audit,
+            })
         })
+        .await
     }
 
     pub async fn get_resource(&self, query: &ResourceQuery) -> Result<Resource> {
-        let mut connection = self.connection().await?;
-        resources::find(&mut *connection, &query.namespace, &query.resource)
-            .await?
-            .ok_or(RegistryError::ResourceNotFound)
+        self.run(async |db| {
+            resources::find(db, &query.namespace, &query.resource)
+                .await?
+                .ok_or(RegistryError::ResourceNotFound)
+        })
+        .await
     }
 
     pub async fn list(&self, query: &ListQuery) -> Result<QueuePage> {
-        let mut connection = self.connection().await?;
-        let mut operations = operations::list(&mut *connection, query).await?;
+        let mut operations = self
+            .run(async |db| Ok(operations::list(db, query).await?))
+            .await?;
         let page_size = usize::try_from(query.page_size).unwrap_or(usize::MAX);
         let next = if operations.len() > page_size {
             operations.truncate(page_size);

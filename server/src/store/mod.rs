@@ -6,6 +6,7 @@ pub mod executions;
 pub mod leadership;
 pub mod operations;
 pub mod resources;
+pub mod session;
 
 mod errors;
 
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 pub use errors::is_violation_of;
+pub use session::{Pooler, Session, Sessions};
 
 /// The migrations in `migrations/`, embedded at build time.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
@@ -29,6 +31,8 @@ pub struct PoolSettings {
     /// Upper bound on one wait for a row lock: a locked row answers its own
     /// callers OPERATION_BUSY soon, instead of holding their connections.
     pub lock_timeout: Duration,
+    /// What stands between the pool and PostgreSQL.
+    pub pooler: Pooler,
 }
 
 /// Whether the store answers, as the health probe last found it. While it
@@ -97,8 +101,9 @@ impl Dedicated {
 /// One probe of the store on `connection`, bounded by `timeout`.
 pub async fn probe(connection: &mut sqlx::PgConnection, timeout: Duration) -> bool {
     let _timer = QueryTimer::start("probe");
+    // The simple protocol: one round, safe behind a transaction pooler.
     matches!(
-        tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(connection)).await,
+        tokio::time::timeout(timeout, sqlx::raw_sql("SELECT 1").execute(connection)).await,
         Ok(Ok(_))
     )
 }
@@ -109,20 +114,37 @@ pub async fn connect(
     options: PgConnectOptions,
     settings: &PoolSettings,
 ) -> Result<PgPool, sqlx::Error> {
-    let statement_timeout = format!("{}ms", settings.statement_timeout.as_millis());
-    let lock_timeout = format!("{}ms", settings.lock_timeout.as_millis());
     PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.acquire_timeout)
-        .connect_with(options.application_name("opreg").options([
-            ("statement_timeout", statement_timeout.as_str()),
-            ("lock_timeout", lock_timeout.as_str()),
-            ("default_transaction_isolation", "read committed"),
-            // Short statements only: compiling one would cost more than it saves.
-            ("jit", "off"),
-        ]))
+        .connect_with(session::pool_options(options, settings))
         .await
 }
+
+/// The options of a connection that must keep its server connection (the
+/// migrations' and the maintenance lock's): nothing in the startup packet a
+/// pooler's session pool would refuse.
+pub fn session_options(options: PgConnectOptions) -> PgConnectOptions {
+    options.application_name("opreg").extra_float_digits(None)
+}
+
+/// Applies the migrations over `session` (they take a session-level advisory
+/// lock, so not through a transaction pooler), or over the pool.
+pub async fn migrate(pool: &PgPool, session: Option<&PgConnectOptions>) -> Result<(), BoxError> {
+    use sqlx::Connection;
+    match session {
+        None => MIGRATOR.run(pool).await?,
+        Some(options) => {
+            let mut connection =
+                sqlx::PgConnection::connect_with(&session_options(options.clone())).await?;
+            MIGRATOR.run(&mut connection).await?;
+            connection.close().await?;
+        }
+    }
+    Ok(())
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Records a statement's duration in `opreg_db_query_duration_seconds` when dropped.
 struct QueryTimer {

@@ -5,6 +5,7 @@
 
 pub mod checker;
 pub mod history;
+pub mod pgbouncer;
 pub mod proxy;
 pub mod workload;
 
@@ -149,7 +150,7 @@ impl Drop for Replica {
     }
 }
 
-fn wait_until_listening(address: SocketAddr) {
+pub fn wait_until_listening(address: SocketAddr) {
     let started = Instant::now();
     while std::net::TcpStream::connect_timeout(&address, Duration::from_millis(100)).is_err() {
         assert!(
@@ -158,6 +159,14 @@ fn wait_until_listening(address: SocketAddr) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Whether `program` is on the PATH.
+pub fn installed(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|output| output.status.success())
 }
 
 /// A loopback address nothing listens on (at the time of asking).
@@ -268,6 +277,11 @@ pub fn report(
     for violation in violations.iter().take(10) {
         let _ = writeln!(text, "  violation {violation}");
     }
+    append(file, &text);
+}
+
+/// Prints `text` and appends it to `file` under the scratch directory.
+pub fn append(file: &str, text: &str) {
     print!("{text}");
     let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(file);
     if let Ok(mut out) = std::fs::OpenOptions::new()
