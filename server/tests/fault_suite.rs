@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use fault::checker::{self, Final, Violation};
 use fault::history::{Answer, Call, Event, Granted, Recorder, Report};
+use fault::holder::{self, HolderProcess};
 use fault::pgbouncer::PgBouncer;
 use fault::proxy::{Proxy, Target};
 use fault::workload::Workload;
@@ -30,6 +31,8 @@ const SCENARIO: Duration = Duration::from_secs(10);
 const DRAIN: Duration = Duration::from_secs(15);
 /// The per-scenario table, also written under `target/tmp/` for CI to show.
 const REPORT: &str = "fault-suite.txt";
+/// Client processes' caller numbers, apart from the in-process callers'.
+const HOLDER_IDS: usize = 20_000;
 
 /// The faults a scenario injects, each at its offset from the start.
 #[derive(Clone, Copy, Debug)]
@@ -42,6 +45,8 @@ enum Fault {
     SlowDatabase(Duration, Duration),
     CutClients,
     BlackholeClients(usize, Duration),
+    /// SIGSTOP of a client process for this long, then SIGCONT.
+    StopHolder(usize, Duration),
 }
 
 struct Scenario {
@@ -51,6 +56,8 @@ struct Scenario {
     planted_bug: bool,
     /// The replicas reach PostgreSQL through PgBouncer's transaction pooling.
     through_pgbouncer: bool,
+    /// Callers in processes of their own, which `StopHolder` stops.
+    holder_processes: usize,
 }
 
 impl Scenario {
@@ -61,6 +68,7 @@ impl Scenario {
             pause_chance: 0.1,
             planted_bug: false,
             through_pgbouncer: false,
+            holder_processes: 0,
         }
     }
 }
@@ -75,6 +83,7 @@ struct Environment {
     pgbouncer: Option<PgBouncer>,
     replicas: Vec<Replica>,
     client_proxies: Vec<Proxy>,
+    holders: Vec<HolderProcess>,
 }
 
 async fn environment(cluster: &Arc<Cluster>, database: &str, scenario: &Scenario) -> Environment {
@@ -134,6 +143,7 @@ async fn environment(cluster: &Arc<Cluster>, database: &str, scenario: &Scenario
         pgbouncer,
         replicas,
         client_proxies,
+        holders: Vec::new(),
     }
 }
 
@@ -171,6 +181,11 @@ impl Environment {
                 tokio::time::sleep(length).await;
                 self.client_proxies[index].blackhole(false);
             }
+            Fault::StopHolder(index, length) => {
+                self.holders[index].stop();
+                tokio::time::sleep(length).await;
+                self.holders[index].resume();
+            }
         }
     }
 
@@ -192,15 +207,21 @@ async fn run(cluster: &Arc<Cluster>, index: usize, scenario: &Scenario) -> Outco
     let endpoints = environment.endpoints();
     let recorder = Recorder::new();
     let workload = Workload {
-        clients: 12,
-        workers: 3,
-        pause_chance: scenario.pause_chance,
+        operator: true,
+        ..Workload::new(12, 3, scenario.pause_chance)
     };
     let running = {
         let recorder = recorder.clone();
         let endpoints = endpoints.clone();
         tokio::spawn(async move { workload.run(&endpoints, &recorder, SCENARIO).await })
     };
+    let log_dir = cluster.root.join(&database);
+    environment.holders = (0..scenario.holder_processes)
+        .map(|index| {
+            let endpoint = endpoints[index % endpoints.len()];
+            HolderProcess::spawn(endpoint, HOLDER_IDS + index, SCENARIO, &recorder, &log_dir)
+        })
+        .collect();
     let mut injected = Vec::new();
     for &(offset, fault) in &scenario.faults {
         let wait = offset.saturating_sub(recorder.now());
@@ -209,6 +230,11 @@ async fn run(cluster: &Arc<Cluster>, index: usize, scenario: &Scenario) -> Outco
         environment.inject(fault).await;
     }
     running.await.unwrap();
+    let holders = std::mem::take(&mut environment.holders);
+    let holder_ids: Vec<usize> = holders.iter().map(|holder| holder.id).collect();
+    for holder in holders {
+        recorder.extend(tokio::task::block_in_place(|| holder.finish()));
+    }
     let mut multiplexed = None;
     if let Some(pgbouncer) = &environment.pgbouncer {
         let clients = pgbouncer.clients(&database).await;
@@ -234,11 +260,40 @@ async fn run(cluster: &Arc<Cluster>, index: usize, scenario: &Scenario) -> Outco
     if let Some(line) = multiplexed {
         fault::append(REPORT, &line);
     }
+    if !holder_ids.is_empty() {
+        let superseded = superseded_calls(&events, &holder_ids);
+        fault::append(
+            REPORT,
+            &format!(
+                "  client processes: {} calls, {superseded} refused after a stop as superseded\n",
+                events
+                    .iter()
+                    .filter(|event| holder_ids.contains(&event.client))
+                    .count()
+            ),
+        );
+        assert!(
+            superseded > 0,
+            "no stopped client process came back to a superseded lease"
+        );
+    }
     Outcome {
         calls: events.len(),
         acknowledged: checker::acknowledged(&events),
         violations,
     }
+}
+
+/// Calls of these clients refused because their lease was superseded.
+fn superseded_calls(events: &[Event], clients: &[usize]) -> usize {
+    events
+        .iter()
+        .filter(|event| clients.contains(&event.client))
+        .filter(|event| {
+            matches!(&event.answer, Answer::Failed { reason, .. }
+                if reason == "STALE_FENCING_TOKEN" || reason == "LEASE_NOT_HELD")
+        })
+        .count()
 }
 
 fn secs(seconds: u64) -> Duration {
@@ -299,6 +354,17 @@ async fn the_guarantees_hold_under_faults_and_a_planted_bug_is_caught() {
             )
         },
     ];
+    scenarios.push(Scenario {
+        holder_processes: 2,
+        ..Scenario::new(
+            "client processes SIGSTOPped past their lease, then SIGCONT",
+            vec![
+                (secs(2), Fault::StopHolder(0, millis(2_500))),
+                (secs(5), Fault::StopHolder(1, millis(2_500))),
+                (millis(7_800), Fault::StopHolder(0, millis(1_500))),
+            ],
+        )
+    });
     if installed("pgbouncer") {
         scenarios.push(Scenario {
             through_pgbouncer: true,
@@ -360,6 +426,14 @@ async fn the_guarantees_hold_under_faults_and_a_planted_bug_is_caught() {
     );
 }
 
+/// The body of a client process (`fault/holder.rs`); does nothing when run
+/// as a test.
+#[test]
+#[ignore = "run by the fault suite as a client process of its own"]
+fn holder_process() {
+    holder::run_if_asked();
+}
+
 // -- each property's check fails on a history that breaks it ---------------
 
 fn event(client: usize, call: Call, invoked: u64, completed: u64, answer: Answer) -> Event {
@@ -384,6 +458,7 @@ fn claim(key: &str) -> Call {
     Call::Claim {
         key: key.into(),
         conflicting: false,
+        compensates: None,
     }
 }
 
@@ -547,5 +622,44 @@ fn a_stranded_operation_breaks_settled() {
     assert_eq!(
         properties(&checker::check(&[], &end)),
         vec![checker::SETTLED]
+    );
+}
+
+#[test]
+fn a_compensation_of_an_unsettled_or_re_executed_original_breaks_unknown() {
+    let mut end = Final::default();
+    end.compensations.push(checker::Compensation {
+        key: "undo-k".into(),
+        original: "k".into(),
+        original_status: "unknown".into(),
+        original_settled_before: false,
+        original_executions_after: 0,
+    });
+    assert_eq!(
+        properties(&checker::check(&[], &end)),
+        vec![checker::UNKNOWN]
+    );
+    end.compensations[0].original_status = "succeeded".into();
+    end.compensations[0].original_settled_before = true;
+    assert_eq!(checker::check(&[], &end), vec![]);
+    end.compensations[0].original_executions_after = 1;
+    assert_eq!(
+        properties(&checker::check(&[], &end)),
+        vec![checker::UNKNOWN]
+    );
+}
+
+#[test]
+fn an_operators_resolution_the_database_contradicts_breaks_durability() {
+    let resolve = Call::Admin {
+        key: "k".into(),
+        action: fault::history::AdminAction::Resolve,
+    };
+    let events = [event(0, resolve, 0, 10, Answer::Accepted)];
+    let resolved = String::from_utf8(fault::history::resolved_result("k")).unwrap();
+    assert_eq!(checker::check(&events, &succeeded("k", &resolved)), vec![]);
+    assert_eq!(
+        properties(&checker::check(&events, &succeeded("k", "other"))),
+        vec![checker::DURABLE]
     );
 }

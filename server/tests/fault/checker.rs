@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
-use super::history::{Answer, Call, Event, Report};
+use super::history::{AdminAction, Answer, Call, Event, Report, resolved_result};
 
 /// What the database holds at the end.
 #[derive(Debug, Default)]
@@ -21,6 +21,20 @@ pub struct Final {
     pub resources: HashMap<String, (u64, Vec<u8>)>,
     /// Keys left IN_PROGRESS with a long-expired lease or RETRY_SCHEDULED long overdue.
     pub stranded: Vec<(String, String)>,
+    /// Every compensation and what its original was when it registered.
+    pub compensations: Vec<Compensation>,
+}
+
+/// A compensation, as the database has it at the end.
+#[derive(Debug, Default)]
+pub struct Compensation {
+    pub key: String,
+    pub original: String,
+    pub original_status: String,
+    /// The original had settled (its completion time) before the compensation registered.
+    pub original_settled_before: bool,
+    /// Executions of the original started after the compensation registered.
+    pub original_executions_after: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,7 +54,8 @@ pub const TOKENS: &str = "2 tokens unique and increasing";
 pub const FENCING: &str = "3 no superseded fenced write; final value from the highest token";
 pub const REPLAYS: &str = "4 replayed answers equal the recorded outcome";
 pub const DURABLE: &str = "5 no acknowledged Complete lost or changed";
-pub const UNKNOWN: &str = "6 an unknown outcome is reconciled before any re-execution";
+pub const UNKNOWN: &str =
+    "6 an unknown outcome is reconciled before any re-execution, and never compensated";
 pub const SETTLED: &str = "7 every operation ends in an allowed state, none stranded";
 
 fn at(time: Duration) -> String {
@@ -54,6 +69,7 @@ pub fn check(events: &[Event], end: &Final) -> Vec<Violation> {
     fencing(events, end, &mut violations);
     replays_and_durability(events, end, &mut violations);
     unknown_outcomes(end, &mut violations);
+    compensations(end, &mut violations);
     settled(end, &mut violations);
     violations
 }
@@ -256,6 +272,13 @@ fn replays_and_durability(events: &[Event], end: &Final, violations: &mut Vec<Vi
                 Some(settled) => (DURABLE, key, settled),
                 None => continue,
             },
+            (
+                Call::Admin {
+                    key,
+                    action: AdminAction::Resolve,
+                },
+                Answer::Accepted | Answer::Leases(_),
+            ) => (DURABLE, key, ("succeeded", resolved_result(key), None)),
             _ => continue,
         };
         let stored = end.operations.get(key.as_str());
@@ -298,6 +321,37 @@ fn unknown_outcomes(end: &Final, violations: &mut Vec<Violation>) {
             {
                 in_doubt = false;
             }
+        }
+    }
+}
+
+/// Only a succeeded original, settled before, may be compensated, and it is
+/// never executed again.
+fn compensations(end: &Final, violations: &mut Vec<Violation>) {
+    for compensation in &end.compensations {
+        let Compensation {
+            key,
+            original,
+            original_status,
+            ..
+        } = compensation;
+        if original_status != "succeeded" || !compensation.original_settled_before {
+            violations.push(Violation {
+                property: UNKNOWN,
+                detail: format!(
+                    "{key} compensates {original}, which is {original_status} and settled before it: {}",
+                    compensation.original_settled_before
+                ),
+            });
+        }
+        if compensation.original_executions_after > 0 {
+            violations.push(Violation {
+                property: UNKNOWN,
+                detail: format!(
+                    "{original} was executed {} times after {key} compensated it",
+                    compensation.original_executions_after
+                ),
+            });
         }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod checker;
 pub mod history;
+pub mod holder;
 pub mod pgbouncer;
 pub mod proxy;
 pub mod workload;
@@ -19,7 +20,7 @@ use opreg_server::embedded::{EmbeddedOptions, EmbeddedPostgres};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 
-use checker::{Final, Violation};
+use checker::{Compensation, Final, Violation};
 use history::Event;
 use workload::NAMESPACE;
 
@@ -217,6 +218,33 @@ pub async fn final_state(options: PgConnectOptions) -> Final {
     for (resource, fence, value) in resources {
         end.resources.insert(resource, (fence as u64, value));
     }
+    type CompensationRow = (String, String, String, bool, i64);
+    let compensations: Vec<CompensationRow> = sqlx::query_as(
+        "SELECT c.operation_key, o.operation_key, o.status,
+                coalesce(o.completed_at <= c.created_at, false),
+                (SELECT count(*) FROM executions e
+                  WHERE e.namespace = o.namespace AND e.operation_key = o.operation_key
+                    AND e.started_at > c.created_at)
+         FROM operations c
+         JOIN operations o ON o.namespace = c.namespace AND o.operation_key = c.compensates
+         WHERE c.namespace = $1",
+    )
+    .bind(NAMESPACE)
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    end.compensations = compensations
+        .into_iter()
+        .map(
+            |(key, original, original_status, settled, after)| Compensation {
+                key,
+                original,
+                original_status,
+                original_settled_before: settled,
+                original_executions_after: after,
+            },
+        )
+        .collect();
     // Past one maintenance interval and a lease beyond due, with workers pulling.
     end.stranded = sqlx::query_as(
         "SELECT operation_key, status FROM operations
@@ -253,6 +281,7 @@ pub fn report(
         checker::acknowledged(events),
         violations.len()
     );
+    let _ = writeln!(text, "  {}", mix(events));
     for (position, (at, fault)) in injected.iter().enumerate() {
         let until = injected
             .get(position + 1)
@@ -278,6 +307,39 @@ pub fn report(
         let _ = writeln!(text, "  violation {violation}");
     }
     append(file, &text);
+}
+
+/// The operator's accepted actions and the compensations registered.
+fn mix(events: &[Event]) -> String {
+    use history::{AdminAction, Answer, Call};
+    let accepted = |event: &&Event| matches!(event.answer, Answer::Accepted | Answer::Leases(_));
+    let actions = |wanted: AdminAction| {
+        events
+            .iter()
+            .filter(accepted)
+            .filter(|event| matches!(event.call, Call::Admin { action, .. } if action == wanted))
+            .count()
+    };
+    let compensations = events
+        .iter()
+        .filter(|event| matches!(&event.answer, Answer::Leases(granted) if !granted.is_empty()))
+        .filter(|event| {
+            matches!(
+                &event.call,
+                Call::Claim {
+                    compensates: Some(_),
+                    ..
+                }
+            )
+        })
+        .count();
+    format!(
+        "operator: {} resolved, {} requeued, {} held, {} released; {compensations} compensations granted",
+        actions(AdminAction::Resolve),
+        actions(AdminAction::Requeue),
+        actions(AdminAction::Hold),
+        actions(AdminAction::Release),
+    )
 }
 
 /// Prints `text` and appends it to `file` under the scratch directory.

@@ -7,16 +7,19 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use opreg_client::proto::operation_admin_client::OperationAdminClient;
 use opreg_client::proto::operation_registry_client::OperationRegistryClient;
 use opreg_client::proto::{self as pb, ClaimOutcome, OperationStatus};
 use rand::Rng;
 use tonic::transport::Channel;
 
-use super::history::{Answer, Call, Granted, Recorder, Report};
+use super::history::{AdminAction, Answer, Call, Granted, Recorder, Report, resolved_result};
 
 pub const NAMESPACE: &str = "faults";
 /// Leases are short, so pauses and kills cause takeovers within a scenario.
 pub const LEASE: Duration = Duration::from_secs(1);
+/// The operator's number in the history.
+const OPERATOR: usize = 30_000;
 /// Resources shared by many operations, so fenced writes race.
 const RESOURCES: usize = 6;
 
@@ -25,15 +28,37 @@ pub struct Workload {
     pub workers: usize,
     /// Chance that a holder stalls past its lease before it reports.
     pub pause_chance: f64,
+    /// The first caller's number: callers of different processes keep apart.
+    pub first_id: usize,
+    /// How long a holder works under each lease before it reports.
+    pub work: Duration,
+    /// An operator resolves, requeues, holds and releases as the run goes.
+    pub operator: bool,
 }
 
-fn stub(address: SocketAddr) -> OperationRegistryClient<Channel> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+impl Workload {
+    pub fn new(clients: usize, workers: usize, pause_chance: f64) -> Self {
+        Self {
+            clients,
+            workers,
+            pause_chance,
+            first_id: 0,
+            work: Duration::ZERO,
+            operator: false,
+        }
+    }
+}
+
+fn channel(address: SocketAddr) -> Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{address}"))
         .unwrap()
         .timeout(Duration::from_secs(3))
         .connect_timeout(Duration::from_secs(1))
-        .connect_lazy();
-    OperationRegistryClient::new(channel)
+        .connect_lazy()
+}
+
+fn stub(address: SocketAddr) -> OperationRegistryClient<Channel> {
+    OperationRegistryClient::new(channel(address))
 }
 
 /// What a holder will do with its lease, drawn before any call (the thread's
@@ -90,11 +115,18 @@ struct Caller {
     recorder: Recorder,
     keys: Vec<String>,
     pause_chance: f64,
+    work: Duration,
 }
 
 impl Caller {
-    async fn claim(&mut self, key: &str, conflicting: bool) -> Option<Granted> {
+    async fn claim(
+        &mut self,
+        key: &str,
+        conflicting: bool,
+        compensates: Option<&str>,
+    ) -> Option<Granted> {
         let request = pb::ClaimRequest {
+            compensates: compensates.unwrap_or_default().to_owned(),
             namespace: NAMESPACE.into(),
             operation_key: key.into(),
             owner: format!("client-{}", self.id),
@@ -124,6 +156,7 @@ impl Caller {
         let call = Call::Claim {
             key: key.to_owned(),
             conflicting,
+            compensates: compensates.map(str::to_owned),
         };
         match self.stub.claim(request).await {
             Ok(response) => {
@@ -199,6 +232,7 @@ impl Caller {
             };
             self.recorder.record(self.id, call, invoked, answer);
         }
+        tokio::time::sleep(self.work).await;
         if let Some(stall) = plan.stall {
             tokio::time::sleep(stall).await;
         } else if plan.renew {
@@ -333,10 +367,16 @@ impl Caller {
                 let key = format!("c{}-{next}", self.id);
                 next += 1;
                 self.keys.push(key.clone());
-                self.claim(&key, false).await
+                self.claim(&key, false, None).await
             } else {
                 let key = self.keys[rand::rng().random_range(0..self.keys.len())].clone();
-                self.claim(&key, roll >= 95).await
+                if roll >= 90 {
+                    // Undo an earlier operation; refused unless it succeeded.
+                    let compensation = format!("undo-{key}");
+                    self.claim(&compensation, false, Some(&key)).await
+                } else {
+                    self.claim(&key, roll >= 85, None).await
+                }
             };
             if let Some(granted) = granted {
                 self.hold(granted).await;
@@ -358,26 +398,179 @@ impl Caller {
     }
 }
 
+/// The operator: now and then resolves an unknown outcome, requeues a dead
+/// operation, and holds a running one for a moment, each through
+/// OperationAdmin and recorded like any call.
+struct Operator {
+    id: usize,
+    admin: OperationAdminClient<Channel>,
+    recorder: Recorder,
+}
+
+impl Operator {
+    /// The first operation found in any of `statuses` (a read, not recorded).
+    async fn find(&mut self, statuses: &[OperationStatus], held_only: bool) -> Vec<String> {
+        let request = pb::ListOperationsRequest {
+            namespace: NAMESPACE.into(),
+            statuses: statuses.iter().map(|status| *status as i32).collect(),
+            held_only,
+            page_size: 20,
+            ..Default::default()
+        };
+        match self.admin.list_operations(request).await {
+            Ok(page) => page
+                .into_inner()
+                .operations
+                .into_iter()
+                .map(|operation| operation.operation_key)
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    async fn act(&mut self, key: &str, action: AdminAction) -> bool {
+        let (operator, reason) = (
+            "fault-suite".to_owned(),
+            format!("{action:?} in the workload"),
+        );
+        let (namespace, operation_key) = (NAMESPACE.to_owned(), key.to_owned());
+        let invoked = self.recorder.now();
+        let answered = match action {
+            AdminAction::Resolve => {
+                let request = pb::ResolveOperationRequest {
+                    namespace,
+                    operation_key,
+                    operator,
+                    reason,
+                    outcome: Some(pb::resolve_operation_request::Outcome::Success(
+                        pb::Success {
+                            result: resolved_result(key),
+                            result_ref: String::new(),
+                        },
+                    )),
+                };
+                self.admin
+                    .resolve_operation(request)
+                    .await
+                    .map(|r| r.into_inner().audit)
+            }
+            AdminAction::Requeue => {
+                let request = pb::RequeueOperationRequest {
+                    namespace,
+                    operation_key,
+                    operator,
+                    reason,
+                    revision: "workload".into(),
+                    retry_policy: None,
+                };
+                self.admin
+                    .requeue_operation(request)
+                    .await
+                    .map(|r| r.into_inner().audit)
+            }
+            AdminAction::Hold => {
+                let request = pb::HoldOperationRequest {
+                    namespace,
+                    operation_key,
+                    operator,
+                    reason,
+                };
+                self.admin
+                    .hold_operation(request)
+                    .await
+                    .map(|r| r.into_inner().audit)
+            }
+            AdminAction::Release => {
+                let request = pb::ReleaseOperationRequest {
+                    namespace,
+                    operation_key,
+                    operator,
+                    reason,
+                };
+                self.admin
+                    .release_operation(request)
+                    .await
+                    .map(|r| r.into_inner().audit)
+            }
+        };
+        let accepted = answered.is_ok();
+        let answer = match answered {
+            // A superseded lease: the new token counts as issued.
+            Ok(Some(audit)) if audit.token_after != audit.token_before => {
+                Answer::Leases(vec![Granted {
+                    key: key.to_owned(),
+                    token: audit.token_after,
+                    reconcile: false,
+                }])
+            }
+            Ok(_) => Answer::Accepted,
+            Err(status) => failed(&status),
+        };
+        let call = Call::Admin {
+            key: key.to_owned(),
+            action,
+        };
+        self.recorder.record(self.id, call, invoked, answer);
+        accepted
+    }
+
+    async fn operate_until(&mut self, until: tokio::time::Instant) {
+        while tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if let Some(key) = self.find(&[OperationStatus::Unknown], false).await.pop() {
+                self.act(&key, AdminAction::Resolve).await;
+            }
+            if let Some(key) = self.find(&[OperationStatus::Dead], false).await.pop() {
+                self.act(&key, AdminAction::Requeue).await;
+            }
+            if let Some(key) = self.find(&[OperationStatus::InProgress], false).await.pop()
+                && self.act(&key, AdminAction::Hold).await
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                self.act(&key, AdminAction::Release).await;
+            }
+        }
+    }
+
+    /// Releases whatever is still held (a release lost to a fault).
+    async fn release_all(&mut self) {
+        for key in self.find(&[], true).await {
+            self.act(&key, AdminAction::Release).await;
+        }
+    }
+}
+
 impl Workload {
     /// Runs callers and workers over `replicas` (spread round-robin) for `length`.
     pub async fn run(&self, replicas: &[SocketAddr], recorder: &Recorder, length: Duration) {
         let until = tokio::time::Instant::now() + length;
         let mut tasks = Vec::new();
-        for id in 0..self.clients + self.workers {
+        for index in 0..self.clients + self.workers {
             let mut caller = Caller {
-                id,
-                stub: stub(replicas[id % replicas.len()]),
+                id: self.first_id + index,
+                stub: stub(replicas[index % replicas.len()]),
                 recorder: recorder.clone(),
                 keys: Vec::new(),
                 pause_chance: self.pause_chance,
+                work: self.work,
             };
-            let worker = id >= self.clients;
+            let worker = index >= self.clients;
             tasks.push(tokio::spawn(async move {
                 if worker {
                     caller.work_until(until).await;
                 } else {
                     caller.call_until(until).await;
                 }
+            }));
+        }
+        if self.operator {
+            let mut operator = Operator {
+                id: OPERATOR,
+                admin: OperationAdminClient::new(channel(replicas[0])),
+                recorder: recorder.clone(),
+            };
+            tasks.push(tokio::spawn(async move {
+                operator.operate_until(until).await;
             }));
         }
         for task in tasks {
@@ -387,12 +580,19 @@ impl Workload {
 
     /// After the faults: workers only, until the due queue stays empty.
     pub async fn drain(replicas: &[SocketAddr], recorder: &Recorder, within: Duration) {
+        let mut operator = Operator {
+            id: OPERATOR,
+            admin: OperationAdminClient::new(channel(replicas[0])),
+            recorder: recorder.clone(),
+        };
+        operator.release_all().await;
         let mut worker = Caller {
             id: 10_000,
             stub: stub(replicas[0]),
             recorder: recorder.clone(),
             keys: Vec::new(),
             pause_chance: 0.0,
+            work: Duration::ZERO,
         };
         let until = tokio::time::Instant::now() + within;
         let mut idle_since = None;
