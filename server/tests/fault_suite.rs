@@ -208,6 +208,7 @@ async fn run(cluster: &Arc<Cluster>, index: usize, scenario: &Scenario) -> Outco
     let recorder = Recorder::new();
     let workload = Workload {
         operator: true,
+        helpers: 2,
         ..Workload::new(12, 3, scenario.pause_chance)
     };
     let running = {

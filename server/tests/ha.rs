@@ -149,7 +149,11 @@ async fn a_primary_failover_loses_no_acknowledged_operation() {
         .collect();
     let endpoints: Vec<_> = replicas.iter().map(|replica| replica.address).collect();
     let recorder = Recorder::new();
-    let workload = Workload::new(9, 3, 0.05);
+    let workload = Workload {
+        operator: true,
+        helpers: 2,
+        ..Workload::new(9, 3, 0.05)
+    };
     let running = {
         let (endpoints, recorder) = (endpoints.clone(), recorder.clone());
         tokio::spawn(async move { workload.run(&endpoints, &recorder, LENGTH).await })

@@ -333,8 +333,13 @@ fn mix(events: &[Event]) -> String {
             )
         })
         .count();
+    let helper_runs = events
+        .iter()
+        .filter(|event| (workload::HELPER_IDS..workload::HELPER_IDS + 100).contains(&event.client))
+        .filter(|event| matches!(event.call, Call::Complete { .. }))
+        .count();
     format!(
-        "operator: {} resolved, {} requeued, {} held, {} released; {compensations} compensations granted",
+        "operator: {} resolved, {} requeued, {} held, {} released; {compensations} compensations granted; {helper_runs} run-once successes",
         actions(AdminAction::Resolve),
         actions(AdminAction::Requeue),
         actions(AdminAction::Hold),

@@ -13,11 +13,17 @@ use opreg_client::proto::{self as pb, ClaimOutcome, OperationStatus};
 use rand::Rng;
 use tonic::transport::Channel;
 
+use std::sync::{Arc, Mutex};
+
+use opreg_client::{LeaseHandle, RunOnce, Success, Verdict, WorkError};
+
 use super::history::{AdminAction, Answer, Call, Granted, Recorder, Report, resolved_result};
 
 pub const NAMESPACE: &str = "faults";
 /// Leases are short, so pauses and kills cause takeovers within a scenario.
 pub const LEASE: Duration = Duration::from_secs(1);
+/// Run-once callers' numbers, after a process's other callers.
+pub const HELPER_IDS: usize = 1_000;
 /// The operator's number in the history.
 const OPERATOR: usize = 30_000;
 /// Resources shared by many operations, so fenced writes race.
@@ -34,6 +40,8 @@ pub struct Workload {
     pub work: Duration,
     /// An operator resolves, requeues, holds and releases as the run goes.
     pub operator: bool,
+    /// Callers that go through the Rust client's run-once helper.
+    pub helpers: usize,
 }
 
 impl Workload {
@@ -45,6 +53,7 @@ impl Workload {
             first_id: 0,
             work: Duration::ZERO,
             operator: false,
+            helpers: 0,
         }
     }
 }
@@ -398,6 +407,167 @@ impl Caller {
     }
 }
 
+/// A caller through `opreg_client::RunOnce`, the helper applications use:
+/// claims, renewals, retries and the Complete happen inside it. The history
+/// records what the helper shows: each lease its work runs under (as a grant
+/// answered when the work starts, sent no earlier than the run or the previous
+/// attempt), the work's fenced writes, and the Complete a successful run made
+/// (sent no earlier than the work's end), or the replay it returned. Those
+/// bounds only widen the real calls' intervals, which the checker tolerates.
+struct Helper {
+    id: usize,
+    client: opreg_client::Client,
+    recorder: Recorder,
+}
+
+/// What the helper's work leaves for the history.
+#[derive(Default)]
+struct Attempts {
+    /// When the last attempt began waiting for its lease.
+    since: Duration,
+    /// When the last work ended.
+    ended: Duration,
+    /// The token the last work ran under: with the reconcile answering "not
+    /// applied", every lease the helper acts on runs the work.
+    token: u64,
+}
+
+impl Helper {
+    async fn run_until(self, until: tokio::time::Instant) {
+        let mut next = 0;
+        while tokio::time::Instant::now() < until {
+            // Mostly new keys, sometimes one done before (a replay).
+            let key = if next > 0 && rand::rng().random_bool(0.2) {
+                format!("h{}-{}", self.id, rand::rng().random_range(0..next))
+            } else {
+                next += 1;
+                format!("h{}-{}", self.id, next - 1)
+            };
+            self.run(&key).await;
+        }
+    }
+
+    async fn run(&self, key: &str) {
+        let started = self.recorder.now();
+        let attempts = Arc::new(Mutex::new(Attempts {
+            since: started,
+            ended: started,
+            token: 0,
+        }));
+        let run = RunOnce::new(
+            &self.client,
+            NAMESPACE,
+            key,
+            serde_json::json!({"key": key, "variant": "helper"}),
+        )
+        .owner(format!("helper-{}", self.id))
+        .lease_ttl(LEASE)
+        .renew_every(LEASE / 3)
+        .deadline(Duration::from_secs(5))
+        .reconcile(|_, _| async { Verdict::NotApplied })
+        .run(|lease| self.work(key, lease, Arc::clone(&attempts)))
+        .await;
+        let Ok(completed) = run else {
+            return;
+        };
+        let (call, invoked, answer) = if completed.replayed {
+            let call = Call::Claim {
+                key: key.to_owned(),
+                conflicting: false,
+                compensates: None,
+            };
+            let status = match completed.operation.status() {
+                OperationStatus::Succeeded => "succeeded",
+                _ => "other",
+            };
+            let answer = Answer::Replayed {
+                key: key.to_owned(),
+                status: status.to_owned(),
+                result: completed.result,
+                failure_code: None,
+            };
+            (call, started, answer)
+        } else {
+            let last = attempts.lock().unwrap();
+            let call = Call::Complete {
+                key: key.to_owned(),
+                token: last.token,
+                report: Report::Success(completed.result),
+            };
+            (call, last.ended, Answer::Accepted)
+        };
+        self.recorder.record(self.id, call, invoked, answer);
+    }
+
+    /// One attempt: a fenced write, a little work, and now and then a
+    /// transient failure, after which the helper claims again.
+    async fn work(
+        &self,
+        key: &str,
+        lease: LeaseHandle,
+        attempts: Arc<Mutex<Attempts>>,
+    ) -> Result<Success, WorkError> {
+        let token = lease.fencing_token();
+        let since = attempts.lock().unwrap().since;
+        let granted = Granted {
+            key: key.to_owned(),
+            token,
+            reconcile: false,
+        };
+        let claim = Call::Claim {
+            key: key.to_owned(),
+            conflicting: false,
+            compensates: None,
+        };
+        self.recorder
+            .record(self.id, claim, since, Answer::Leases(vec![granted]));
+        let (resource, pause, transient) = {
+            let mut rng = rand::rng();
+            (
+                format!("resource-{}", rng.random_range(0..RESOURCES)),
+                Duration::from_millis(rng.random_range(0..200)),
+                rng.random_bool(0.2),
+            )
+        };
+        let value = format!("{key}:{token}").into_bytes();
+        let request = pb::FencedWriteRequest {
+            namespace: NAMESPACE.into(),
+            resource: resource.clone(),
+            operation_key: key.to_owned(),
+            fencing_token: token,
+            value: value.clone(),
+        };
+        let invoked = self.recorder.now();
+        // The generated stub on the helper's channel, for the raw status.
+        let mut stub = OperationRegistryClient::new(self.client.transport());
+        let answer = match stub.fenced_write(request).await {
+            Ok(_) => Answer::Accepted,
+            Err(status) => failed(&status),
+        };
+        let call = Call::FencedWrite {
+            resource,
+            key: key.to_owned(),
+            token,
+            value,
+        };
+        self.recorder.record(self.id, call, invoked, answer);
+        tokio::time::sleep(pause).await;
+        let now = self.recorder.now();
+        *attempts.lock().unwrap() = Attempts {
+            since: now,
+            ended: now,
+            token,
+        };
+        if transient {
+            return Err(WorkError::Transient {
+                message: "the downstream is busy".into(),
+                retry_after: None,
+            });
+        }
+        Ok(Success::new(format!("helper:{key}:{token}")))
+    }
+}
+
 /// The operator: now and then resolves an unknown outcome, requeues a dead
 /// operation, and holds a running one for a moment, each through
 /// OperationAdmin and recorded like any call.
@@ -562,6 +732,18 @@ impl Workload {
                     caller.call_until(until).await;
                 }
             }));
+        }
+        for index in 0..self.helpers {
+            let helper = Helper {
+                id: self.first_id + HELPER_IDS + index,
+                client: opreg_client::Client::connect_lazy(format!(
+                    "http://{}",
+                    replicas[index % replicas.len()]
+                ))
+                .unwrap(),
+                recorder: recorder.clone(),
+            };
+            tasks.push(tokio::spawn(async move { helper.run_until(until).await }));
         }
         if self.operator {
             let mut operator = Operator {
