@@ -289,3 +289,27 @@ async fn writes_racing_a_takeover_are_ordered_by_the_row_lock() {
     // Every accepted write, and only those, moved the version.
     assert_eq!(resource.version, 2 + accepted);
 }
+
+#[tokio::test]
+async fn claims_of_an_existing_key_draw_no_fencing_token() {
+    let app = spawn_app().await;
+    let mut client = app.client.clone();
+    let params = json!({"window": "W"});
+    let first = claim(
+        &mut client,
+        claim_request(NS, "held", "worker-A", params.clone()),
+    )
+    .await;
+    for other in 0..10 {
+        let owner = format!("worker-{other}");
+        let waited = claim(
+            &mut client,
+            claim_request(NS, "held", &owner, params.clone()),
+        )
+        .await;
+        assert_eq!(waited.outcome(), ClaimOutcome::InProgress);
+    }
+    // Ten claims of the held key drew nothing: the next token is the next value.
+    let next = claim(&mut client, claim_request(NS, "fresh", "worker-A", params)).await;
+    assert_eq!(token(&next), token(&first) + 1);
+}

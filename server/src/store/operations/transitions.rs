@@ -53,6 +53,11 @@ pub async fn insert_new(
                     $8, $9, $10, clock.now + $11::bigint * interval '1 microsecond',
                     clock.now, clock.now
              FROM (SELECT clock_timestamp() AS now) AS clock
+             -- An existing key draws no token: the select list, nextval with
+             -- it, is evaluated only for a row that passes. Only a racing
+             -- insert not yet committed gets past this to the conflict.
+             WHERE NOT EXISTS (
+                 SELECT 1 FROM operations WHERE namespace = $1 AND operation_key = $2)
              ON CONFLICT (namespace, operation_key) DO NOTHING
              RETURNING ",
         operation_columns!(),
