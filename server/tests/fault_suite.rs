@@ -664,3 +664,22 @@ fn an_operators_resolution_the_database_contradicts_breaks_durability() {
         vec![checker::DURABLE]
     );
 }
+
+#[test]
+fn a_holder_resuming_a_lease_whose_grant_was_lost_is_not_a_new_issue() {
+    // Client 0's first Claim of "a" was issued token 5 but its answer was lost;
+    // its next Claim resumes that lease after token 9 was handed out elsewhere.
+    let lost = Answer::Failed {
+        code: tonic::Code::Unavailable,
+        reason: String::new(),
+    };
+    let events = [
+        event(0, claim("a"), 0, 10, lost),
+        event(1, claim("b"), 20, 30, granted("b", 9)),
+        event(0, claim("a"), 40, 50, granted("a", 5)),
+    ];
+    assert_eq!(checker::check(&events, &Final::default()), vec![]);
+    // Without the Claim in doubt, the same grant is a token going backwards.
+    let found = checker::check(&events[1..], &Final::default());
+    assert_eq!(properties(&found), vec![checker::TOKENS]);
+}

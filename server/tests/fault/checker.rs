@@ -74,8 +74,34 @@ pub fn check(events: &[Event], end: &Final) -> Vec<Violation> {
     violations
 }
 
-/// Every lease handed out: (key, token, the time its answer arrived).
+/// Every lease handed out: (key, token, when it may have been issued, the
+/// time its answer arrived). A Claim's lease may have been issued by an earlier
+/// Claim of the same key by the same client whose answer was lost: a repeated
+/// Claim by the live holder resumes that lease. So a grant counts as sent at
+/// the earliest such Claim in doubt.
 fn grants(events: &[Event]) -> Vec<(&str, u64, Duration, Duration)> {
+    let mut in_doubt: HashMap<(usize, &str), Vec<Duration>> = HashMap::new();
+    for event in events {
+        if let Call::Claim { key, .. } = &event.call
+            && event.indefinite()
+        {
+            in_doubt
+                .entry((event.client, key.as_str()))
+                .or_default()
+                .push(event.invoked);
+        }
+    }
+    let issued_from = |event: &Event, key: &str| match &event.call {
+        Call::Claim { .. } => in_doubt
+            .get(&(event.client, key))
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|sent| *sent <= event.invoked)
+            .min()
+            .unwrap_or(event.invoked),
+        _ => event.invoked,
+    };
     events
         .iter()
         .filter_map(|event| match &event.answer {
@@ -83,7 +109,7 @@ fn grants(events: &[Event]) -> Vec<(&str, u64, Duration, Duration)> {
                 (
                     grant.key.as_str(),
                     grant.token,
-                    event.invoked,
+                    issued_from(event, &grant.key),
                     event.completed,
                 )
             })),
