@@ -70,10 +70,6 @@ impl Sessions {
         Self { pool, pinned_begin }
     }
 
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
     /// A connection for one use case; behind a transaction pooler, inside a
     /// transaction that [`Session::finish`] commits.
     pub async fn open(&self) -> sqlx::Result<Session> {

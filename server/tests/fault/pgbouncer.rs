@@ -3,7 +3,7 @@
 //! connection (migrations, the maintenance lock, the gauges).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use sqlx::PgConnection;
@@ -13,7 +13,6 @@ use super::{Cluster, free_address, wait_until_listening};
 
 pub struct PgBouncer {
     pub address: SocketAddr,
-    dir: PathBuf,
     child: Child,
 }
 
@@ -70,11 +69,7 @@ pidfile = {dir}/pgbouncer.pid
             .spawn()
             .expect("pgbouncer starts");
         wait_until_listening(address);
-        Self {
-            address,
-            dir,
-            child,
-        }
+        Self { address, child }
     }
 
     /// Client connections PgBouncer holds for `database`, from its console.
@@ -106,10 +101,6 @@ pidfile = {dir}/pgbouncer.pid
         rows.iter()
             .filter(|row| row.try_get::<String, _>("database").ok().as_deref() == Some(database))
             .count()
-    }
-
-    pub fn log(&self) -> PathBuf {
-        self.dir.join("pgbouncer.log")
     }
 }
 
