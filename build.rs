@@ -21,7 +21,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         descriptors.encode_to_vec(),
     )?;
 
+    // google.rpc.Status (in BatchClaim and BatchComplete results) is the type
+    // tonic-types already generates, so statuses convert without copying.
     tonic_prost_build::configure()
+        .extern_path(".google.rpc", "::tonic_types::pb")
         .build_client(true)
         .build_server(true)
         .compile_fds(descriptors)?;

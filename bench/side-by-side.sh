@@ -6,11 +6,14 @@
 #
 #   bench/side-by-side.sh                 # 32 in flight, 10 s per path
 #   CONCURRENCY=16 SECONDS_PER_PATH=20 bench/side-by-side.sh
+#   SERVER_BIN=/path/to/older/opreg-server bench/side-by-side.sh   # an A/B
 set -euo pipefail
 cd "$(dirname "$0")/.."
 concurrency=${CONCURRENCY:-32}
 seconds=${SECONDS_PER_PATH:-10}
 port=${PORT:-50561}
+server_bin=${SERVER_BIN:-target/release/opreg-server}
+batch=${BATCH:-32}
 work=$(mktemp -d /tmp/opreg-side-by-side.XXXXXX)
 chmod 755 "$work"
 server=
@@ -32,7 +35,7 @@ bench=target/release/opreg-bench
 
 OPREG_DATA_DIR="$work/data" OPREG_LISTEN_ADDR="127.0.0.1:$port" \
   OPREG_METRICS_ADDR="127.0.0.1:$((port + 1))" RUST_LOG=warn \
-  target/release/opreg-server >"$work/server.log" 2>&1 &
+  "$server_bin" >"$work/server.log" 2>&1 &
 server=$!
 for _ in $(seq 1 120); do
   curl -sf "http://127.0.0.1:$((port + 1))/readyz" >/dev/null && break
@@ -97,6 +100,7 @@ theirs[replay]=$(ghz_run claim-replay.json)
 raw[lifecycle]=$(pgbench lifecycle)
 ours[lifecycle]=$(opreg_bench lifecycle)
 theirs[lifecycle]='{}'
+batch_claim=$(opreg_bench batch-claim --batch "$batch")
 single=$("$bench" --endpoint "http://127.0.0.1:$port" --scenario new-keys --concurrency 1 \
   --duration "${seconds}s" --json)
 half=$(python3 -c "import json,sys; print(round(json.loads(sys.argv[1])['operations_per_second'] / 2))" \
@@ -124,7 +128,11 @@ for name, raw, ours, theirs in rows:
         ghz = f"{theirs['rps']:,.0f}/s, p99 {p99 / 1e6:.1f} ms" + (f" (errors: {kinds})" if kinds else "")
     print(f"| {name} | {raw:,.0f}/s | {rate:,.0f}/s, p50 {ours['latency_ms']['p50']:.1f} ms, p99 {ours['latency_ms']['p99']:.1f} ms | {rate / raw:.2f} | {ghz} |")
 single, open_loop = json.loads('''${single}'''), json.loads('''${open_loop}''')
+batch = json.loads('''${batch_claim}''')
 print()
+print(f"BatchClaim of $batch new keys: {batch['operations_per_second']:,.0f} keys/s "
+      f"({batch['operations_per_second'] / ${raw[new-keys]}:.2f}x raw single-row new-key SQL), "
+      f"p50 {batch['latency_ms']['p50']:.1f} ms, p99 {batch['latency_ms']['p99']:.1f} ms per call")
 print(f"new-key Claim, 1 in flight: {single['operations_per_second']:,.0f}/s, p50 {single['latency_ms']['p50']:.2f} ms, p99 {single['latency_ms']['p99']:.2f} ms")
 print(f"new-key Claim, open loop at half the peak ({open_loop['rate']:,.0f}/s): p50 {open_loop['latency_ms']['p50']:.1f} ms, p99 {open_loop['latency_ms']['p99']:.1f} ms, max {open_loop['latency_ms']['max']:.1f} ms")
 PY

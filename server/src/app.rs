@@ -85,6 +85,7 @@ impl Application {
             Sessions::new(pool.clone(), &config.pool_settings()),
             Arc::clone(&store_health),
             config.retry_caps(),
+            config.gather_settings(),
         );
         let session_options = match config.session_database()? {
             Some(options) => store::session_options(options),

@@ -13,7 +13,7 @@ use crate::access::tls::TlsFiles;
 use crate::domain::ids::Namespace;
 use crate::domain::policy::{LeaseBounds, PerNamespace, RetryPolicy};
 use crate::grpc::{ConnectionLimits, ParameterLimits, RequestLimits};
-use crate::registry::MaintenanceSettings;
+use crate::registry::{GatherSettings, MaintenanceSettings};
 use crate::store::{PoolSettings, Pooler};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -98,6 +98,14 @@ pub struct Config {
     /// Most database connections this replica opens.
     #[arg(long, env = "OPREG_POOL_MAX_CONNECTIONS", default_value_t = 32)]
     pub pool_max_connections: u32,
+
+    /// Tasks that register Claims, each a batch at a time on one pooled connection.
+    #[arg(long, env = "OPREG_CLAIM_WRITERS", default_value_t = 4)]
+    pub claim_writers: usize,
+
+    /// Most Claims registered together in one statement.
+    #[arg(long, env = "OPREG_CLAIM_BATCH_MAX", default_value_t = 128)]
+    pub claim_batch_max: usize,
 
     /// How long a request may wait for a database connection before UNAVAILABLE.
     #[arg(long, env = "OPREG_POOL_ACQUIRE_TIMEOUT", default_value = "1s", value_parser = humantime::parse_duration)]
@@ -340,6 +348,15 @@ impl Config {
         if self.pool_max_connections == 0 {
             return Err("the pool needs at least one connection".into());
         }
+        if self.claim_writers == 0 || self.claim_writers >= self.pool_max_connections as usize {
+            return Err(
+                "the claim writers must be at least one and fewer than the pool's connections"
+                    .into(),
+            );
+        }
+        if self.claim_batch_max == 0 || self.claim_batch_max > 1000 {
+            return Err("the claim batch limit must lie between 1 and 1000".into());
+        }
         if self.maintenance_interval.is_zero() || self.maintenance_batch_size == 0 {
             return Err("the maintenance interval and batch size must be positive".into());
         }
@@ -453,6 +470,13 @@ impl Config {
             statement_timeout: self.statement_timeout,
             lock_timeout: self.lock_timeout,
             pooler: self.database_pooler,
+        }
+    }
+
+    pub fn gather_settings(&self) -> GatherSettings {
+        GatherSettings {
+            writers: self.claim_writers,
+            max_batch: self.claim_batch_max,
         }
     }
 

@@ -103,12 +103,23 @@ const RPCS: &[(&str, &str)] = &[
     ("OperationRegistry/FencedWrite", "worker"),
     ("OperationRegistry/GetResource", "reader"),
     ("OperationRegistry/ClaimDue", "worker"),
+    ("OperationRegistry/BatchClaim", "worker"),
+    ("OperationRegistry/BatchComplete", "worker"),
     ("OperationAdmin/ListOperations", "reader"),
     ("OperationAdmin/ResolveOperation", "admin"),
     ("OperationAdmin/RequeueOperation", "admin"),
     ("OperationAdmin/HoldOperation", "admin"),
     ("OperationAdmin/ReleaseOperation", "admin"),
 ];
+
+/// A batch item's status as the status of a call, details and all.
+fn item_status(status: tonic_types::pb::Status) -> Status {
+    Status::with_details(
+        Code::from(status.code),
+        status.message.clone(),
+        status.encode_to_vec().into(),
+    )
+}
 
 /// One call of `rpc` in `namespace`, with a request the server can act on.
 async fn call(stubs: &Stubs, rpc: &str, namespace: &str) -> Result<(), Status> {
@@ -184,6 +195,41 @@ async fn call(stubs: &Stubs, rpc: &str, namespace: &str) -> Result<(), Status> {
             })
             .await
             .map(drop),
+        // A batch of one: its item's refusal is the call's, for the walk.
+        "OperationRegistry/BatchClaim" => {
+            let claims = vec![claim_request(
+                namespace,
+                "walk-claim",
+                "walker",
+                serde_json::json!({"a": 1}),
+            )];
+            let mut results = registry
+                .batch_claim(pb::BatchClaimRequest { claims })
+                .await?
+                .into_inner()
+                .results;
+            match results.pop().and_then(|item| item.result) {
+                Some(pb::batch_claim_result::Result::Error(status)) => Err(item_status(status)),
+                _ => Ok(()),
+            }
+        }
+        "OperationRegistry/BatchComplete" => {
+            let completions = vec![common::complete_request(
+                namespace,
+                &key,
+                1,
+                common::success(b"r"),
+            )];
+            let mut results = registry
+                .batch_complete(pb::BatchCompleteRequest { completions })
+                .await?
+                .into_inner()
+                .results;
+            match results.pop().and_then(|item| item.result) {
+                Some(pb::batch_complete_result::Result::Error(status)) => Err(item_status(status)),
+                _ => Ok(()),
+            }
+        }
         "OperationAdmin/ListOperations" => admin
             .list_operations(pb::ListOperationsRequest {
                 namespace: ns,

@@ -49,58 +49,9 @@ async fn a_thousand_concurrent_claims_acquire_exactly_once() {
     assert_eq!(app.count("SELECT count(*) FROM executions").await, 1);
 }
 
-/// Inserts `order-A` on a separate connection and leaves its transaction open.
-async fn uncommitted_registration(app: &TestApp, owner: &str) -> sqlx::PgConnection {
-    let mut tx = sqlx::PgConnection::connect_with(&app.db_options)
-        .await
-        .unwrap();
-    sqlx::raw_sql("BEGIN").execute(&mut tx).await.unwrap();
-    let digest = opreg_server::domain::parameters::Fingerprint::from_struct(
-        &opreg_client::parameters(json!({"amount": 100})),
-    )
-    .unwrap();
-    sqlx::query(
-        "INSERT INTO operations (namespace, operation_key, status, parameters_digest, parameters_canonical,
-             fencing_token, lease_owner, lease_expires_at, attempts, max_attempts, initial_backoff_us,
-             max_backoff_us, deadline_at, created_at, updated_at)
-         VALUES ($1, 'order-A', 'in_progress', $2, $3, nextval('fencing_tokens'), $4,
-             clock_timestamp() + interval '30 seconds', 1, 5, 1000000, 300000000,
-             clock_timestamp() + interval '1 day', clock_timestamp(), clock_timestamp())",
-    )
-    .bind(NAMESPACE)
-    .bind(&digest.digest)
-    .bind(&digest.canonical)
-    .bind(owner)
-    .execute(&mut tx)
-    .await
-    .unwrap();
-    tx
-}
-
 async fn finish(mut tx: sqlx::PgConnection, statement: &'static str) {
     sqlx::raw_sql(statement).execute(&mut tx).await.unwrap();
     tx.close().await.unwrap();
-}
-
-/// Waits until a backend of this database is waiting on a lock, as
-/// `pg_stat_activity` shows it: the race is observed, not assumed.
-async fn observe_lock_wait(app: &TestApp) {
-    let database = app.db_options.get_database().unwrap().to_owned();
-    for _ in 0..500 {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = $1 AND wait_event_type = 'Lock' AND query ILIKE '%INSERT INTO operations%'",
-        )
-        .bind(&database)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
-        if waiting > 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("no claim was observed waiting on the uncommitted registration");
 }
 
 type RacingClaim =
@@ -112,7 +63,9 @@ async fn claim_racing_an_uncommitted_registration(
     app: &TestApp,
     amount: u32,
 ) -> (sqlx::PgConnection, RacingClaim) {
-    let tx = uncommitted_registration(app, "worker-1").await;
+    let tx = app
+        .uncommitted_registration(NAMESPACE, "order-A", "worker-1")
+        .await;
     let mut client = app.client.clone();
     let request = pb::ClaimRequest {
         lease_ttl: Some(prost_types::Duration {
@@ -122,7 +75,7 @@ async fn claim_racing_an_uncommitted_registration(
         ..claim_request(NAMESPACE, "order-A", "worker-2", json!({"amount": amount}))
     };
     let racing = tokio::spawn(async move { client.claim(request).await });
-    observe_lock_wait(app).await;
+    app.observe_lock_wait().await;
     assert!(
         !racing.is_finished(),
         "the claim must wait for the registration"

@@ -219,7 +219,7 @@ async fn a_scripted_scenario_moves_every_metric_by_exactly_its_events() {
     assert!(
         after
             .text
-            .contains("opreg_db_query_duration_seconds_bucket{query=\"operations_insert_new\"")
+            .contains("opreg_db_query_duration_seconds_bucket{query=\"operations_register\"")
     );
     for name in [
         "opreg_claims_total",

@@ -52,6 +52,10 @@ struct Args {
     #[arg(long, default_value_t = 1.0)]
     hit_rate: f64,
 
+    /// `batch-claim`: claims per BatchClaim call (1 to 1000).
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+
     /// HTTP/2 connections the calls are spread over.
     #[arg(long, default_value_t = 4)]
     connections: usize,
@@ -92,6 +96,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if args.concurrency == 0 || args.connections == 0 {
         return Err("--concurrency and --connections must be at least 1".into());
     }
+    if !(1..=1000).contains(&args.batch) {
+        return Err("--batch is 1 to 1000 claims".into());
+    }
     if !(0.0..=1.0).contains(&args.hit_rate) {
         return Err("--hit-rate is a share between 0 and 1".into());
     }
@@ -129,7 +136,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             args.scenario,
             &clients,
             namespace,
-            args.hit_rate,
+            (args.hit_rate, args.batch),
             args.concurrency,
             limits.calls.unwrap_or(DEFAULT_CALLS),
         )

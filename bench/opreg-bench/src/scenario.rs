@@ -34,7 +34,7 @@ pub enum Scenario {
     HotKey,
     /// Drains operations made due beforehand with ClaimDue and Complete: one call is one operation.
     ClaimDue,
-    /// BatchClaim, which opreg does not have yet: refused.
+    /// BatchClaim of `--batch` new keys per call: one call is that many operations.
     BatchClaim,
 }
 
@@ -59,6 +59,8 @@ pub struct Target {
     pub scenario: Scenario,
     namespace: String,
     hit_rate: f64,
+    /// Claims per BatchClaim (`batch-claim`).
+    batch: usize,
     /// Keys completed beforehand (`replay`).
     completed: u64,
     /// New keys are numbered from here.
@@ -73,7 +75,7 @@ impl Target {
         scenario: Scenario,
         clients: &[Client],
         namespace: String,
-        hit_rate: f64,
+        (hit_rate, batch): (f64, usize),
         concurrency: usize,
         calls: u64,
     ) -> Result<Self, Box<dyn std::error::Error>> {
@@ -81,14 +83,12 @@ impl Target {
             scenario,
             namespace,
             hit_rate,
+            batch,
             completed: 0,
             next_key: AtomicU64::new(0),
         };
         let client = &clients[0];
         match scenario {
-            Scenario::BatchClaim => {
-                return Err("BatchClaim is not in opreg's API yet; nothing to measure".into());
-            }
             Scenario::InProgress => {
                 let mut request = target.claim_request("held", "holder", "same");
                 request.lease_ttl = Some(prost_seconds(3_600));
@@ -119,7 +119,7 @@ impl Target {
                     .complete_many(clients, concurrency, calls, "due", retry)
                     .await?;
             }
-            Scenario::NewKeys | Scenario::Lifecycle | Scenario::HotKey => {}
+            Scenario::NewKeys | Scenario::Lifecycle | Scenario::HotKey | Scenario::BatchClaim => {}
         }
         Ok(target)
     }
@@ -220,7 +220,7 @@ impl Target {
                 }
             }
             Scenario::ClaimDue => return self.drain_due(stub).await,
-            Scenario::BatchClaim => unreachable!("refused in prepare"),
+            Scenario::BatchClaim => return self.batch_claim(stub).await,
         };
         vec![answered.unwrap_or_else(|status| refusal(&status))]
     }
@@ -237,6 +237,29 @@ impl Target {
             .await?
             .into_inner();
         Ok(outcome_name(claimed.outcome()))
+    }
+
+    /// One BatchClaim of new keys: an answer per claim.
+    async fn batch_claim(&self, stub: &mut OperationRegistryClient<Transport>) -> Vec<Answer> {
+        let claims = (0..self.batch)
+            .map(|_| self.claim_request(&self.new_key(), "bench", "same"))
+            .collect();
+        let results = match stub.batch_claim(pb::BatchClaimRequest { claims }).await {
+            Ok(response) => response.into_inner().results,
+            Err(status) => return vec![refusal(&status)],
+        };
+        results
+            .into_iter()
+            .map(|result| match result.result {
+                Some(pb::batch_claim_result::Result::Claim(claimed)) => {
+                    outcome_name(claimed.outcome())
+                }
+                Some(pb::batch_claim_result::Result::Error(status)) => {
+                    format!("{:?}", tonic::Code::from(status.code))
+                }
+                None => "EMPTY".to_owned(),
+            })
+            .collect()
     }
 
     /// One ClaimDue and a Complete of each operation it handed out.

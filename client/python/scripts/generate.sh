@@ -9,6 +9,8 @@
 # must have the grpcio-tools version pinned in requirements-generate.txt.
 #
 # Every .proto under proto/opreg is compiled (registry.proto, admin.proto, ...).
+# Only those: the vendored proto/google/rpc/status.proto is an import, and its
+# google.rpc.status_pb2 comes from googleapis-common-protos (a dependency).
 # protoc writes proto/opreg/v1/registry.proto as opreg/v1/registry_pb2*.py with
 # absolute imports `from opreg.v1 import ...` (admin_pb2 imports registry_pb2).
 # Those files are placed in src/opreg/_gen/v1/ and the imports rewritten to

@@ -42,6 +42,22 @@ async def test_wrappers_and_typed_errors(aclient: opreg.AsyncClient, ns: str) ->
 
 
 @pytest.mark.asyncio
+async def test_batch_claim_and_batch_complete(aclient: opreg.AsyncClient, ns: str) -> None:
+    claimed = await aclient.batch_claim(
+        [
+            {"namespace": ns, "operation_key": "op", "owner": "a", "parameters": PARAMS},
+            {"namespace": ns, "operation_key": "", "owner": "a", "parameters": PARAMS},
+        ]
+    )
+    assert [r.WhichOneof("result") for r in claimed.results] == ["claim", "error"]
+    token = claimed.results[0].claim.lease.fencing_token
+    completed = await aclient.batch_complete(
+        [{"namespace": ns, "operation_key": "op", "fencing_token": token, "outcome": opreg.Success()}]
+    )
+    assert completed.results[0].completed.operation.status == pb.OPERATION_STATUS_SUCCEEDED
+
+
+@pytest.mark.asyncio
 async def test_run_once_success_then_replay(aclient: opreg.AsyncClient, ns: str) -> None:
     calls: list[opreg.AsyncLease] = []
 

@@ -72,6 +72,43 @@ def test_claim_renew_write_complete_lookup(client: opreg.Client, ns: str) -> Non
     assert list(client.lookup(ns, "op-1").executions) == []
 
 
+def test_batch_claim_and_batch_complete_answer_each_item_in_request_order(client: opreg.Client, ns: str) -> None:
+    claimed = client.batch_claim(
+        [
+            {"namespace": ns, "operation_key": "a", "owner": "w1", "parameters": {"n": 1}},
+            {"namespace": ns, "operation_key": "b", "owner": "w1", "parameters": {"n": 2}},
+            # The first key again, for another owner while w1's lease is live.
+            {"namespace": ns, "operation_key": "a", "owner": "w2", "parameters": {"n": 1}},
+        ]
+    )
+    assert [r.claim.outcome for r in claimed.results] == [
+        pb.CLAIM_OUTCOME_ACQUIRED,
+        pb.CLAIM_OUTCOME_ACQUIRED,
+        pb.CLAIM_OUTCOME_IN_PROGRESS,
+    ]
+
+    tokens = [r.claim.lease.fencing_token for r in claimed.results[:2]]
+    completed = client.batch_complete(
+        [
+            {"namespace": ns, "operation_key": key, "fencing_token": token, "outcome": opreg.Success()}
+            for key, token in zip(["a", "b"], tokens)
+        ]
+    )
+    assert [r.completed.operation.status for r in completed.results] == [pb.OPERATION_STATUS_SUCCEEDED] * 2
+
+
+def test_batch_claim_answers_an_invalid_claim_with_an_error_result(client: opreg.Client, ns: str) -> None:
+    results = client.batch_claim(
+        [
+            {"namespace": ns, "operation_key": "", "owner": "w", "parameters": {}},
+            pb.ClaimRequest(namespace=ns, operation_key="valid", owner="w", parameters=opreg.to_struct({})),
+        ]
+    ).results
+    assert [r.WhichOneof("result") for r in results] == ["error", "claim"]
+    assert results[0].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0] == 3
+    assert results[1].claim.outcome == pb.CLAIM_OUTCOME_ACQUIRED
+
+
 def test_invalid_argument_lists_field_violations(client: opreg.Client, ns: str) -> None:
     with pytest.raises(opreg.InvalidArgument) as caught:
         client.claim("", " padded", owner="", parameters={"a": 1})

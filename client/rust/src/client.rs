@@ -180,6 +180,46 @@ impl Client {
         Ok(self.inner.clone().complete(request).await?.into_inner())
     }
 
+    /// Up to 1,000 Claims in one call; each answered as [`Client::claim`]
+    /// would answer it, in request order.
+    pub async fn batch_claim(
+        &self,
+        claims: Vec<pb::ClaimRequest>,
+    ) -> Result<Vec<Result<pb::ClaimResponse, Error>>, Error> {
+        use pb::batch_claim_result::Result as Item;
+        let response = self
+            .inner
+            .clone()
+            .batch_claim(pb::BatchClaimRequest { claims })
+            .await?;
+        Ok(items(response.into_inner().results, |item| {
+            item.result.map(|result| match result {
+                Item::Claim(claimed) => Ok(claimed),
+                Item::Error(status) => Err(status),
+            })
+        }))
+    }
+
+    /// Up to 1,000 Completes in one call; each answered as
+    /// [`Client::complete`] would answer it, in request order.
+    pub async fn batch_complete(
+        &self,
+        completions: Vec<pb::CompleteRequest>,
+    ) -> Result<Vec<Result<pb::CompleteResponse, Error>>, Error> {
+        use pb::batch_complete_result::Result as Item;
+        let response = self
+            .inner
+            .clone()
+            .batch_complete(pb::BatchCompleteRequest { completions })
+            .await?;
+        Ok(items(response.into_inner().results, |item| {
+            item.result.map(|result| match result {
+                Item::Completed(completed) => Ok(completed),
+                Item::Error(status) => Err(status),
+            })
+        }))
+    }
+
     pub async fn lookup(&self, request: pb::LookupRequest) -> Result<pb::LookupResponse, Error> {
         Ok(self.inner.clone().lookup(request).await?.into_inner())
     }
@@ -296,4 +336,29 @@ pub fn error_info(status: &tonic::Status) -> Option<ErrorInfo> {
 /// The `ErrorInfo.reason` of a failed call, e.g. `PARAMETER_CONFLICT`.
 pub fn error_reason(status: &tonic::Status) -> Option<String> {
     error_info(status).map(|info| info.reason)
+}
+
+/// A batch's items as their unary calls would answer them. An item's
+/// `google.rpc.Status` becomes the error its unary call would raise (tonic
+/// reads a status's details as exactly this encoding); an item without a
+/// result (a server this client does not know) is an error too.
+fn items<I, T>(
+    results: Vec<I>,
+    outcome: impl Fn(I) -> Option<Result<T, tonic_types::pb::Status>>,
+) -> Vec<Result<T, Error>> {
+    use prost::Message;
+    results
+        .into_iter()
+        .map(|item| match outcome(item) {
+            Some(Ok(value)) => Ok(value),
+            Some(Err(status)) => Err(Error::from(tonic::Status::with_details(
+                tonic::Code::from(status.code),
+                status.message.clone(),
+                status.encode_to_vec().into(),
+            ))),
+            None => Err(Error::from(tonic::Status::internal(
+                "the server sent a batch item without a result",
+            ))),
+        })
+        .collect()
 }

@@ -26,6 +26,8 @@ import {
   type ResolveOperationResponse,
 } from "./gen/opreg/v1/admin";
 import {
+  BatchClaimRequest,
+  BatchCompleteRequest,
   ClaimDueRequest,
   ClaimRequest,
   CompleteRequest,
@@ -34,6 +36,8 @@ import {
   LookupRequest,
   OperationRegistryClient,
   RenewRequest,
+  type BatchClaimResponse,
+  type BatchCompleteResponse,
   type ClaimDueResponse,
   type ClaimResponse,
   type CompleteResponse,
@@ -191,6 +195,22 @@ export class OpregClient {
   /** Records the outcome of the execution holding `fencingToken`. Repeating it is safe. */
   complete(request: DeepPartial<CompleteRequest>, options?: CallOptions): Promise<CompleteResponse> {
     return this.unary(this.stub, this.stub.complete, CompleteRequest.fromPartial(request), options);
+  }
+
+  /**
+   * Up to 1,000 Claims in one call. `results` answer them in request order,
+   * each with `claim` (what `claim` would have answered) or `error` (the
+   * google.rpc.Status it would have failed with); claims of one key answer as
+   * if run one after another. Rejects only an empty, too long or too large
+   * batch (InvalidArgumentError), or for transport errors.
+   */
+  batchClaim(request: DeepPartial<BatchClaimRequest>, options?: CallOptions): Promise<BatchClaimResponse> {
+    return this.unary(this.stub, this.stub.batchClaim, BatchClaimRequest.fromPartial(request), options);
+  }
+
+  /** Up to 1,000 Completes in one call, answered like `batchClaim` (`completed` or `error` per item). */
+  batchComplete(request: DeepPartial<BatchCompleteRequest>, options?: CallOptions): Promise<BatchCompleteResponse> {
+    return this.unary(this.stub, this.stub.batchComplete, BatchCompleteRequest.fromPartial(request), options);
   }
 
   /**

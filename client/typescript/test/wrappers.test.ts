@@ -13,6 +13,7 @@ import {
   durationFromMillis,
   ExecutionKind,
   ExecutionOutcome,
+  GrpcStatus,
   InvalidArgumentError,
   LeaseNotHeldError,
   NotFoundError,
@@ -81,6 +82,47 @@ describe("wrappers", () => {
 
     const replay = await client.claim({ namespace: ns, operationKey: k, parametersDigest: parametersDigest({ amount: 100, account: "A" }), owner: "w2" });
     assert.equal(replay.outcome, ClaimOutcome.CLAIM_OUTCOME_REPLAYED);
+  });
+
+  test("batchClaim and batchComplete answer each item in request order", T, async () => {
+    const [a, b] = [key("batch-a"), key("batch-b")];
+    const claimed = await client.batchClaim({
+      claims: [
+        { namespace: ns, operationKey: a, parameters: { n: 1 }, owner: "w1" },
+        { namespace: ns, operationKey: b, parameters: { n: 2 }, owner: "w1" },
+        // The first key again, for another owner while w1's lease is live.
+        { namespace: ns, operationKey: a, parameters: { n: 1 }, owner: "w2" },
+      ],
+    });
+    assert.deepEqual(
+      claimed.results.map((r) => r.claim?.outcome),
+      [ClaimOutcome.CLAIM_OUTCOME_ACQUIRED, ClaimOutcome.CLAIM_OUTCOME_ACQUIRED, ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS],
+    );
+
+    const completed = await client.batchComplete({
+      completions: [a, b].map((operationKey, i) => ({
+        namespace: ns,
+        operationKey,
+        fencingToken: claimed.results[i].claim!.lease!.fencingToken,
+        success: {},
+      })),
+    });
+    assert.deepEqual(
+      completed.results.map((r) => r.completed?.operation?.status),
+      [OperationStatus.OPERATION_STATUS_SUCCEEDED, OperationStatus.OPERATION_STATUS_SUCCEEDED],
+    );
+  });
+
+  test("batchClaim: an invalid claim is an error result, the call still succeeds", T, async () => {
+    const { results } = await client.batchClaim({
+      claims: [
+        { namespace: ns, operationKey: "", parameters: {}, owner: "w" },
+        { namespace: ns, operationKey: key("batch-valid"), parameters: {}, owner: "w" },
+      ],
+    });
+    assert.equal(results[0].claim, undefined);
+    assert.equal(results[0].error?.code, GrpcStatus.INVALID_ARGUMENT);
+    assert.equal(results[1].claim?.outcome, ClaimOutcome.CLAIM_OUTCOME_ACQUIRED);
   });
 
   test("the server stores the digest of every shared vector", T, async () => {

@@ -3,6 +3,7 @@
 
 mod admin;
 mod authenticate;
+mod batch;
 mod edge;
 mod incoming;
 mod rate_limit;
@@ -61,7 +62,8 @@ const ENVELOPE_BYTES: usize = 64 << 10;
 /// fenced value get room for one over the result limit, so an oversized result
 /// is refused as INVALID_ARGUMENT naming the field; Claim gets room for the
 /// parameter limit in Struct encoding (up to about 8 bytes per canonical byte,
-/// for arrays of numbers); everything else is small.
+/// for arrays of numbers); the batch calls get a fixed bound, their items
+/// still checked one by one; everything else is small.
 pub fn message_limits(limits: &RequestLimits) -> MessageLimits {
     const REGISTRY: &str = "opreg.v1.OperationRegistry";
     let with_result = limits.max_result_bytes.saturating_mul(2) + ENVELOPE_BYTES;
@@ -74,6 +76,11 @@ pub fn message_limits(limits: &RequestLimits) -> MessageLimits {
             with_result,
         )
         .with(REGISTRY, &["Claim"], claim)
+        .with(
+            REGISTRY,
+            &["BatchClaim", "BatchComplete"],
+            batch::MAX_BYTES.max(claim).max(with_result),
+        )
 }
 
 /// What every handler asks first, before it converts its request: the caller
@@ -90,10 +97,18 @@ impl Gate {
     }
 
     fn admit<T: Namespaced>(&self, request: &Request<T>, needed: Role) -> Result<Caller, Status> {
-        let namespace = request.get_ref().namespace();
+        self.admit_in(request.extensions(), request.get_ref().namespace(), needed)
+    }
+
+    /// [`Gate::admit`] for one item of a batch call.
+    fn admit_in(
+        &self,
+        extensions: &tonic::Extensions,
+        namespace: &str,
+        needed: Role,
+    ) -> Result<Caller, Status> {
         // Absent only if the layer is not in front of the service: refuse.
-        let caller = request
-            .extensions()
+        let caller = extensions
             .get::<Caller>()
             .cloned()
             .ok_or_else(|| to_status_counted(&RegistryError::Unauthenticated, "unauthenticated"))?;
@@ -124,8 +139,6 @@ macro_rules! namespaced {
 }
 
 namespaced!(
-    pb::ClaimRequest,
-    pb::CompleteRequest,
     pb::LookupRequest,
     pb::RenewRequest,
     pb::FencedWriteRequest,
@@ -164,31 +177,8 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::ClaimRequest>,
     ) -> Result<Response<pb::ClaimResponse>, Status> {
-        self.gate.admit(&request, Role::Worker)?;
-        let namespace = request.get_ref().namespace.clone();
-        let answer = async {
-            self.registry
-                .claim(&requests::claim(request.into_inner(), &self.limits)?)
-                .await
-        }
-        .await;
-        let outcome = match &answer {
-            Ok(answer) => {
-                tracing::Span::current().record("token", answer.operation.fencing_token.get());
-                metrics::claim_outcome_label(answer.outcome)
-            }
-            Err(RegistryError::ParameterConflict { .. }) => {
-                metrics::parameter_conflict(&namespace);
-                "conflict"
-            }
-            Err(RegistryError::InvalidArgument(_)) => "invalid",
-            Err(_) => "error",
-        };
-        tracing::Span::current().record("outcome", outcome);
-        if outcome != "error" {
-            metrics::claim_answered(&namespace, outcome);
-        }
-        reply(answer, responses::claim)
+        let (_, extensions, claim) = request.into_parts();
+        self.claim_one(&extensions, claim).await.map(Response::new)
     }
 
     #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, token = request.get_ref().fencing_token))]
@@ -196,19 +186,10 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
-        self.gate.admit(&request, Role::Worker)?;
-        let recorded = async {
-            self.registry
-                .complete(&requests::complete(request.into_inner(), &self.limits)?)
-                .await
-        }
-        .await;
-        reply(recorded, |operation| pb::CompleteResponse {
-            operation: Some(responses::operation(
-                operation,
-                responses::Parameters::Omitted,
-            )),
-        })
+        let (_, extensions, completion) = request.into_parts();
+        self.complete_one(&extensions, completion)
+            .await
+            .map(Response::new)
     }
 
     #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key))]
@@ -297,5 +278,110 @@ impl OperationRegistry for RegistryService {
             tracing::Span::current().record("handed", handed.len());
         }
         reply(handed, responses::claim_due)
+    }
+
+    #[tracing::instrument(skip_all, fields(claims = request.get_ref().claims.len()))]
+    async fn batch_claim(
+        &self,
+        request: Request<pb::BatchClaimRequest>,
+    ) -> Result<Response<pb::BatchClaimResponse>, Status> {
+        use pb::batch_claim_result::Result as Item;
+        let (_, extensions, batch) = request.into_parts();
+        let results = batch::answer_each(
+            ("claims", batch.claims),
+            batch::CLAIMS_IN_FLIGHT,
+            |claim| self.claim_one(&extensions, claim),
+            |claimed| pb::BatchClaimResult {
+                result: Some(Item::Claim(claimed)),
+            },
+            |status| pb::BatchClaimResult {
+                result: Some(Item::Error(status)),
+            },
+        )
+        .await?;
+        Ok(Response::new(pb::BatchClaimResponse { results }))
+    }
+
+    #[tracing::instrument(skip_all, fields(completions = request.get_ref().completions.len()))]
+    async fn batch_complete(
+        &self,
+        request: Request<pb::BatchCompleteRequest>,
+    ) -> Result<Response<pb::BatchCompleteResponse>, Status> {
+        use pb::batch_complete_result::Result as Item;
+        let (_, extensions, batch) = request.into_parts();
+        let results = batch::answer_each(
+            ("completions", batch.completions),
+            batch::COMPLETES_IN_FLIGHT,
+            |completion| self.complete_one(&extensions, completion),
+            |completed| pb::BatchCompleteResult {
+                result: Some(Item::Completed(completed)),
+            },
+            |status| pb::BatchCompleteResult {
+                result: Some(Item::Error(status)),
+            },
+        )
+        .await?;
+        Ok(Response::new(pb::BatchCompleteResponse { results }))
+    }
+}
+
+/// Claim and Complete, for the unary calls and for each item of a batch.
+impl RegistryService {
+    async fn claim_one(
+        &self,
+        extensions: &tonic::Extensions,
+        request: pb::ClaimRequest,
+    ) -> Result<pb::ClaimResponse, Status> {
+        self.gate
+            .admit_in(extensions, &request.namespace, Role::Worker)?;
+        let namespace = request.namespace.clone();
+        let answer = async {
+            self.registry
+                .claim(&requests::claim(request, &self.limits)?)
+                .await
+        }
+        .await;
+        let outcome = match &answer {
+            Ok(answer) => {
+                tracing::Span::current().record("token", answer.operation.fencing_token.get());
+                metrics::claim_outcome_label(answer.outcome)
+            }
+            Err(RegistryError::ParameterConflict { .. }) => {
+                metrics::parameter_conflict(&namespace);
+                "conflict"
+            }
+            Err(RegistryError::InvalidArgument(_)) => "invalid",
+            Err(_) => "error",
+        };
+        tracing::Span::current().record("outcome", outcome);
+        if outcome != "error" {
+            metrics::claim_answered(&namespace, outcome);
+        }
+        answer
+            .map(responses::claim)
+            .map_err(|error| status::to_status(&error))
+    }
+
+    async fn complete_one(
+        &self,
+        extensions: &tonic::Extensions,
+        request: pb::CompleteRequest,
+    ) -> Result<pb::CompleteResponse, Status> {
+        self.gate
+            .admit_in(extensions, &request.namespace, Role::Worker)?;
+        let recorded = async {
+            self.registry
+                .complete(&requests::complete(request, &self.limits)?)
+                .await
+        }
+        .await;
+        recorded
+            .map(|operation| pb::CompleteResponse {
+                operation: Some(responses::operation(
+                    operation,
+                    responses::Parameters::Omitted,
+                )),
+            })
+            .map_err(|error| status::to_status(&error))
     }
 }

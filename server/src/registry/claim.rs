@@ -14,6 +14,7 @@ use crate::domain::operation::{ExecutionKind, Operation, Status};
 use crate::domain::parameters::differing_fields;
 use crate::store::is_violation_of;
 use crate::store::operations::{self, Observed, Registered};
+
 use crate::telemetry::metrics;
 
 /// Guarded transitions lost to a concurrent one are decided again from a fresh
@@ -35,26 +36,74 @@ pub struct ClaimAnswer {
 }
 
 /// Either the claim registered the operation, or it exists and is to be decided.
-enum Registration {
+#[derive(Debug)]
+pub(super) enum Registration {
     Registered(ClaimAnswer),
     Exists(Observed),
 }
 
+/// What the state machine asks next of an existing operation. Returned once
+/// per decision and matched at once, so the answer is not boxed.
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    Answer(ClaimAnswer),
+    Transition(ClaimStep),
+}
+
 impl Registry {
+    /// An ordinary claim is registered (or its operation read) in a statement
+    /// shared with concurrent claims; a database session of its own is opened
+    /// only when the operation exists and must change.
     pub async fn claim(&self, claim: &ClaimCommand) -> Result<ClaimAnswer> {
-        self.run(async |db| claim_on(db, claim).await).await
+        if let Some(original) = &claim.compensates {
+            return self
+                .run(
+                    async |db| match register_compensation(db, claim, original).await? {
+                        Registration::Registered(answer) => Ok(answer),
+                        Registration::Exists(observed) => conclude(db, claim, observed).await,
+                    },
+                )
+                .await;
+        }
+        let observed = match self.gatherer.register(claim).await? {
+            Some(Registration::Registered(answer)) => return Ok(answer),
+            Some(Registration::Exists(observed)) => observed,
+            None => {
+                return self
+                    .run(async |db| {
+                        let observed = find_registered(db, claim).await?;
+                        conclude(db, claim, observed).await
+                    })
+                    .await;
+            }
+        };
+        match judge(claim, &observed)? {
+            Next::Answer(answer) => Ok(answer),
+            Next::Transition(step) => {
+                self.run(async |db| settle(db, claim, observed, step).await)
+                    .await
+            }
+        }
     }
 }
 
-async fn claim_on(db: &mut PgConnection, claim: &ClaimCommand) -> Result<ClaimAnswer> {
-    let mut observed = match register(db, claim).await? {
-        Registration::Registered(answer) => return Ok(answer),
-        Registration::Exists(observed) => observed,
-    };
-    for _ in 0..MAX_ROUNDS {
-        check_fingerprint(&observed.operation, claim)?;
-        let operation = &observed.operation;
-        let transitioned = match claim::decide(operation, &claim.lease.owner, observed.db_now) {
+/// Decides on an existing operation and takes the step the decision asks.
+async fn conclude(
+    db: &mut PgConnection,
+    claim: &ClaimCommand,
+    observed: Observed,
+) -> Result<ClaimAnswer> {
+    match judge(claim, &observed)? {
+        Next::Answer(answer) => Ok(answer),
+        Next::Transition(step) => settle(db, claim, observed, step).await,
+    }
+}
+
+/// The same key must mean the same operation; then the state machine decides.
+fn judge(claim: &ClaimCommand, observed: &Observed) -> Result<Next> {
+    check_fingerprint(&observed.operation, claim)?;
+    Ok(
+        match claim::decide(&observed.operation, &claim.lease.owner, observed.db_now) {
             ClaimStep::Answer {
                 outcome,
                 retry_after,
@@ -62,46 +111,65 @@ async fn claim_on(db: &mut PgConnection, claim: &ClaimCommand) -> Result<ClaimAn
                 if matches!(outcome, ClaimOutcome::Acquired | ClaimOutcome::Reconcile) {
                     metrics::execution(&claim.namespace, None);
                 }
-                return Ok(ClaimAnswer::new(outcome, observed.operation, retry_after));
+                Next::Answer(ClaimAnswer::new(
+                    outcome,
+                    observed.operation.clone(),
+                    retry_after,
+                ))
             }
-            ClaimStep::Start(kind) => {
-                operations::start_executions(&mut *db, &[operation], &[kind], &claim.lease)
-                    .await?
-                    .pop()
-                    .map(|started| {
-                        metrics::execution(&claim.namespace, Some(kind));
-                        ClaimAnswer::new(claim::started_outcome(kind), started, None)
-                    })
-            }
-            ClaimStep::Exhaust => operations::exhaust(&mut *db, &[operation])
-                .await?
-                .pop()
-                .map(|dead| {
-                    metrics::finished(&claim.namespace, Status::Dead, dead.attempts);
-                    ClaimAnswer::new(ClaimOutcome::Dead, dead, None)
-                }),
-        };
-        if let Some(answer) = transitioned {
+            step => Next::Transition(step),
+        },
+    )
+}
+
+/// Takes `step`; a guarded transition lost to a concurrent one is decided
+/// again from a fresh read.
+async fn settle(
+    db: &mut PgConnection,
+    claim: &ClaimCommand,
+    mut observed: Observed,
+    mut step: ClaimStep,
+) -> Result<ClaimAnswer> {
+    for _ in 0..MAX_ROUNDS {
+        if let Some(answer) = transition(db, claim, &observed.operation, step).await? {
             return Ok(answer);
         }
         observed = find_registered(db, claim).await?;
+        step = match judge(claim, &observed)? {
+            Next::Answer(answer) => return Ok(answer),
+            Next::Transition(step) => step,
+        };
     }
     tracing::warn!(namespace = %claim.namespace, key = %claim.operation_key, "claim kept losing races");
     Err(RegistryError::StoreUnavailable)
 }
 
-async fn register(db: &mut PgConnection, claim: &ClaimCommand) -> Result<Registration> {
-    if let Some(original) = &claim.compensates {
-        return register_compensation(db, claim, original).await;
-    }
-    match operations::insert_new(&mut *db, claim).await? {
-        Some(registered) => {
-            let operation = fresh_first_lease(db, registered, claim).await?;
-            Ok(Registration::Registered(first_answer(claim, operation)))
+/// One guarded transition; `None` when the operation moved since it was read.
+async fn transition(
+    db: &mut PgConnection,
+    claim: &ClaimCommand,
+    operation: &Operation,
+    step: ClaimStep,
+) -> Result<Option<ClaimAnswer>> {
+    Ok(match step {
+        ClaimStep::Answer { .. } => None,
+        ClaimStep::Start(kind) => {
+            operations::start_executions(&mut *db, &[operation], &[kind], &claim.lease)
+                .await?
+                .pop()
+                .map(|started| {
+                    metrics::execution(&claim.namespace, Some(kind));
+                    ClaimAnswer::new(claim::started_outcome(kind), started, None)
+                })
         }
-        // A separate statement: in READ COMMITTED it sees the row that won.
-        None => Ok(Registration::Exists(find_registered(db, claim).await?)),
-    }
+        ClaimStep::Exhaust => operations::exhaust(&mut *db, &[operation])
+            .await?
+            .pop()
+            .map(|dead| {
+                metrics::finished(&claim.namespace, Status::Dead, dead.attempts);
+                ClaimAnswer::new(ClaimOutcome::Dead, dead, None)
+            }),
+    })
 }
 
 /// A compensation's own key is looked up first, so claiming it again is an
@@ -122,17 +190,23 @@ async fn register_compensation(
     check_compensable(original.as_ref())?;
 
     let mut tx = db.begin().await?;
-    let inserted = operations::insert_new(&mut *tx, claim).await;
-    match inserted {
-        Ok(Some(registered)) if registered.linked_original => {
+    let registered = operations::register(&mut *tx, &[claim])
+        .await
+        .map(|mut found| found.pop().flatten());
+    match registered {
+        Ok(Some(operations::Registration::Inserted(registered))) if registered.linked_original => {
             let operation = fresh_first_lease(&mut tx, registered, claim).await?;
             tx.commit().await?;
             metrics::compensation(&claim.namespace);
             Ok(Registration::Registered(first_answer(claim, operation)))
         }
-        Ok(Some(_)) => {
+        Ok(Some(operations::Registration::Inserted(_))) => {
             tx.rollback().await?;
             Err(already_compensated(db, claim, original_key).await)
+        }
+        Ok(Some(operations::Registration::Existing(existing))) => {
+            tx.rollback().await?;
+            Ok(Registration::Exists(existing))
         }
         Ok(None) => {
             tx.rollback().await?;
@@ -178,7 +252,7 @@ async fn find_registered(db: &mut PgConnection, claim: &ClaimCommand) -> Result<
 
 /// A registration that waited on a racing one (which then rolled back) got its
 /// times before the wait; its lease must still last the whole TTL from now.
-async fn fresh_first_lease(
+pub(super) async fn fresh_first_lease(
     db: &mut PgConnection,
     registered: Registered,
     claim: &ClaimCommand,
@@ -195,7 +269,7 @@ async fn fresh_first_lease(
         })
 }
 
-fn first_answer(claim: &ClaimCommand, operation: Operation) -> ClaimAnswer {
+pub(super) fn first_answer(claim: &ClaimCommand, operation: Operation) -> ClaimAnswer {
     metrics::registered(&claim.namespace);
     metrics::execution(&claim.namespace, Some(ExecutionKind::First));
     ClaimAnswer::new(ClaimOutcome::Acquired, operation, None)

@@ -6,6 +6,7 @@ mod claim;
 mod complete;
 mod due;
 mod fencing;
+mod gather;
 mod maintenance;
 mod planted;
 mod read;
@@ -21,8 +22,10 @@ use crate::domain::operation::{Lease, Operation};
 use crate::domain::policy::PerNamespace;
 use crate::store::{Sessions, StoreHealth};
 use crate::telemetry::metrics;
+use gather::Gatherer;
 
 pub use claim::ClaimAnswer;
+pub use gather::GatherSettings;
 pub use maintenance::{MaintenancePass, MaintenanceSettings};
 pub use read::{LookupAnswer, QueuePage};
 
@@ -35,15 +38,20 @@ pub struct Registry {
     /// Most retry, takeover and reconcile leases live at once per namespace,
     /// as ClaimDue hands them out; `None` for no cap.
     retry_caps: Arc<PerNamespace<Option<u32>>>,
+    /// Where ordinary Claims are registered together.
+    gatherer: Gatherer,
 }
 
 impl Registry {
+    /// Starts the claim writers, so it must be called on a Tokio runtime.
     pub fn new(
         sessions: Sessions,
         store: Arc<StoreHealth>,
         retry_caps: PerNamespace<Option<u32>>,
+        gather: GatherSettings,
     ) -> Self {
         Self {
+            gatherer: Gatherer::start(sessions.clone(), Arc::clone(&store), gather),
             sessions,
             store,
             retry_caps: Arc::new(retry_caps),
@@ -59,16 +67,25 @@ impl Registry {
         &self,
         use_case: impl AsyncFnOnce(&mut PgConnection) -> Result<T>,
     ) -> Result<T> {
-        if !self.store.is_up() {
-            return Err(RegistryError::StoreUnavailable);
-        }
-        let mut session = {
-            let _waiting = metrics::PoolWaiter::start();
-            self.sessions.open().await?
-        };
-        let outcome = use_case(&mut session).await;
-        session.finish(outcome).await
+        run_on(&self.sessions, &self.store, use_case).await
     }
+}
+
+/// [`Registry::run`], for the tasks that hold the sessions but not the registry.
+async fn run_on<T>(
+    sessions: &Sessions,
+    store: &StoreHealth,
+    use_case: impl AsyncFnOnce(&mut PgConnection) -> Result<T>,
+) -> Result<T> {
+    if !store.is_up() {
+        return Err(RegistryError::StoreUnavailable);
+    }
+    let mut session = {
+        let _waiting = metrics::PoolWaiter::start();
+        sessions.open().await?
+    };
+    let outcome = use_case(&mut session).await;
+    session.finish(outcome).await
 }
 
 impl ClaimAnswer {

@@ -135,7 +135,7 @@ impl DerefMut for Session {
 }
 
 /// The settings every registry session runs with.
-fn session_settings(settings: &PoolSettings) -> [(&'static str, String); 3] {
+fn session_settings(settings: &PoolSettings) -> [(&'static str, String); 4] {
     [
         (
             "statement_timeout",
@@ -147,6 +147,14 @@ fn session_settings(settings: &PoolSettings) -> [(&'static str, String); 3] {
         ),
         // Short statements only: compiling one would cost more than it saves.
         ("jit", "off".to_owned()),
+        // Each statement is planned once per connection and kept. Every one
+        // is written so that its plan is its indexes whatever the table's
+        // size (keys, token guards, one primary-key probe per claim of a
+        // batch). A custom plan per call would re-plan the registration
+        // statement, milliseconds of CPU, on every batch: its generic
+        // estimate of an array's rows never matches the batch, so the
+        // planner never settles on the generic plan by itself.
+        ("plan_cache_mode", "force_generic_plan".to_owned()),
     ]
 }
 

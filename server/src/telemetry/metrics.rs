@@ -51,8 +51,12 @@ pub const GRPC_HANDLING_SECONDS: &str = "grpc_server_handling_seconds";
 pub const POOL_CONNECTIONS: &str = "opreg_db_pool_connections";
 pub const POOL_WAITING: &str = "opreg_db_pool_waiting";
 pub const QUERY_DURATION: &str = "opreg_db_query_duration_seconds";
+pub const CLAIM_BATCH_SIZE: &str = "opreg_claim_batch_size";
 
 const ATTEMPT_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0];
+const BATCH_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+];
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
@@ -86,6 +90,9 @@ pub fn install(namespace_cap: usize, allowlist: &[String]) -> Result<PrometheusH
         })
         .and_then(|b| {
             b.set_buckets_for_metric(Matcher::Full(QUERY_DURATION.into()), LATENCY_BUCKETS)
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full(CLAIM_BATCH_SIZE.into()), BATCH_BUCKETS)
         })
         .map_err(|error| error.to_string())?
         .build_recorder();
@@ -283,6 +290,11 @@ fn describe() {
         Unit::Seconds,
         "Duration of database statements, by query."
     );
+    describe_histogram!(
+        CLAIM_BATCH_SIZE,
+        Unit::Count,
+        "Claims registered or read together in one statement."
+    );
 }
 
 /// The label for `namespace`: with an allowlist, itself when listed; without
@@ -422,6 +434,10 @@ impl Drop for PoolWaiter {
 
 pub fn query(name: &'static str, seconds: f64) {
     histogram!(QUERY_DURATION, "query" => name).record(seconds);
+}
+
+pub fn claim_batch(claims: usize) {
+    histogram!(CLAIM_BATCH_SIZE).record(claims as f64);
 }
 
 pub fn store_up(up: bool) {

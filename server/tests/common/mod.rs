@@ -190,6 +190,61 @@ impl TestApp {
         .unwrap()
     }
 
+    /// Inserts `key`'s operation (parameters `{"amount": 100}`) on a connection
+    /// of its own and leaves the transaction open, as a racing registration
+    /// elsewhere would.
+    pub async fn uncommitted_registration(
+        &self,
+        namespace: &str,
+        key: &str,
+        owner: &str,
+    ) -> PgConnection {
+        let mut tx = PgConnection::connect_with(&self.db_options).await.unwrap();
+        sqlx::raw_sql("BEGIN").execute(&mut tx).await.unwrap();
+        let digest = opreg_server::domain::parameters::Fingerprint::from_struct(
+            &opreg_client::parameters(serde_json::json!({"amount": 100})),
+        )
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO operations (namespace, operation_key, status, parameters_digest, parameters_canonical,
+                 fencing_token, lease_owner, lease_expires_at, attempts, max_attempts, initial_backoff_us,
+                 max_backoff_us, deadline_at, created_at, updated_at)
+             VALUES ($1, $2, 'in_progress', $3, $4, nextval('fencing_tokens'), $5,
+                 clock_timestamp() + interval '30 seconds', 1, 5, 1000000, 300000000,
+                 clock_timestamp() + interval '1 day', clock_timestamp(), clock_timestamp())",
+        )
+        .bind(namespace)
+        .bind(key)
+        .bind(&digest.digest)
+        .bind(&digest.canonical)
+        .bind(owner)
+        .execute(&mut tx)
+        .await
+        .unwrap();
+        tx
+    }
+
+    /// Waits until one of the server's connections to this database is waiting on
+    /// a lock, as `pg_stat_activity` shows it: the race is observed, not assumed.
+    pub async fn observe_lock_wait(&self) {
+        let database = self.db_options.get_database().unwrap().to_owned();
+        for _ in 0..500 {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = $1 AND wait_event_type = 'Lock' AND application_name = 'opreg'",
+            )
+            .bind(&database)
+            .fetch_one(&self.db)
+            .await
+            .unwrap();
+            if waiting > 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no claim was observed waiting on the uncommitted registration");
+    }
+
     /// Makes the current lease of an operation expire now, by the database clock.
     pub async fn expire_lease(&self, namespace: &str, key: &str) {
         let updated = sqlx::query(

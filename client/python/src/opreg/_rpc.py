@@ -11,7 +11,7 @@ the call, blocking or awaited, and maps a failed call to an ``OpregError``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -288,6 +288,40 @@ def claim_due(
     if lease_ttl is not None:
         request.lease_ttl.CopyFrom(to_duration(lease_ttl))
     return Call("ClaimDue", request, timeout)
+
+
+def batch_claim(
+    claims: Iterable[pb.ClaimRequest | Mapping[str, Any]],
+    *,
+    timeout: float | None = None,
+) -> Call[pb.BatchClaimResponse]:
+    """Up to 1,000 Claims in one call. Each claim is a ``ClaimRequest`` or a
+    mapping of :meth:`claim`'s arguments (``namespace``, ``operation_key``,
+    ``owner``, ``parameters``, ...). ``results`` answer them in request order,
+    each with ``claim`` (what :meth:`claim` would have answered) or ``error``
+    (the ``google.rpc.Status`` it would have failed with; see
+    ``WhichOneof("result")``); claims of one key answer as if run one after
+    another. Raises only for an empty, too long or too large batch
+    (:class:`opreg.InvalidArgument`), or when the call itself fails."""
+    request = pb.BatchClaimRequest(
+        claims=[c if isinstance(c, pb.ClaimRequest) else claim(**c).request for c in claims]
+    )
+    return Call("BatchClaim", request, timeout)
+
+
+def batch_complete(
+    completions: Iterable[pb.CompleteRequest | Mapping[str, Any]],
+    *,
+    timeout: float | None = None,
+) -> Call[pb.BatchCompleteResponse]:
+    """Up to 1,000 Completes in one call, answered like :meth:`batch_claim`
+    (``completed`` or ``error`` per item). Each completion is a
+    ``CompleteRequest`` or a mapping of :meth:`complete`'s arguments
+    (``namespace``, ``operation_key``, ``fencing_token``, ``outcome``)."""
+    request = pb.BatchCompleteRequest(
+        completions=[c if isinstance(c, pb.CompleteRequest) else complete(**c).request for c in completions]
+    )
+    return Call("BatchComplete", request, timeout)
 
 
 # -- the OperationAdmin wrappers ----------------------------------------------

@@ -120,6 +120,8 @@ class Client(_rpc.ClientBase[grpc.Channel]):
     fenced_write = _method(_rpc.fenced_write)
     get_resource = _method(_rpc.get_resource)
     claim_due = _method(_rpc.claim_due)
+    batch_claim = _method(_rpc.batch_claim)
+    batch_complete = _method(_rpc.batch_complete)
 
     # -- OperationAdmin RPCs (see _rpc) ----------------------------------------
 

@@ -20,7 +20,7 @@ pub use queue::{
 };
 pub use retention::{namespaces_with_finished, oldest_finished_age, purge_finished};
 pub use transitions::{
-    BacklogRow, Registered, backlog, exhaust, insert_new, record_outcome, renew,
+    BacklogRow, Registered, Registration, backlog, exhaust, record_outcome, register, renew,
     restart_first_lease, start_executions,
 };
 
@@ -125,7 +125,7 @@ impl From<OperationRow> for Operation {
 }
 
 /// An operation read together with the database clock.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Observed {
     pub operation: Operation,
     pub db_now: DateTime<Utc>,

@@ -1,10 +1,12 @@
 //! The caller-driven transitions: registration, executions started by Claim
 //! and ClaimDue, exhaustion, recorded outcomes and renewals.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-use super::{Guards, OperationRow, operation_columns, operations};
+use super::{Guards, Observed, OperationRow, operation_columns, operations};
 use crate::domain::commands::{ClaimCommand, LeaseRequest};
 use crate::domain::complete::{Report, Transition};
 use crate::domain::ids::{FencingToken, Namespace, OperationKey};
@@ -23,41 +25,153 @@ pub struct Registered {
     pub returned_at: DateTime<Utc>,
 }
 
-#[derive(Debug, sqlx::FromRow)]
-struct RegisteredRow {
-    #[sqlx(flatten)]
-    operation: OperationRow,
-    linked_original: bool,
-    returned_at: DateTime<Utc>,
+/// What one claim of a [`register`] statement found.
+#[derive(Debug)]
+pub enum Registration {
+    /// The key was new: the row, its first lease and first execution are in.
+    Inserted(Registered),
+    /// The key existed when the statement began.
+    Existing(Observed),
 }
 
-/// Registers a new operation with its first lease and first execution, or does
-/// nothing when the key exists (the primary key is the only conflict target,
-/// so a second compensation of one original raises instead of vanishing).
-/// A compensation also links its original, if that original succeeded and is
-/// not compensated yet; `linked_original` tells.
-pub async fn insert_new(
+#[derive(Debug, sqlx::FromRow)]
+struct RegistrationRow {
+    #[sqlx(flatten)]
+    operation: OperationRow,
+    inserted: bool,
+    linked_original: bool,
+    observed_at: DateTime<Utc>,
+}
+
+/// The claims of one statement as parallel arrays, in key order: concurrent
+/// statements then wait on each other's new rows in one order, never in a
+/// cycle.
+#[derive(Default)]
+struct Wanted<'a> {
+    namespaces: Vec<&'a str>,
+    keys: Vec<&'a str>,
+    digests: Vec<&'a [u8]>,
+    canonicals: Vec<Option<&'a str>>,
+    compensates: Vec<Option<&'a str>>,
+    owners: Vec<&'a str>,
+    lease_us: Vec<i64>,
+    max_attempts: Vec<i32>,
+    initial_backoff_us: Vec<i64>,
+    max_backoff_us: Vec<i64>,
+    deadline_us: Vec<i64>,
+    execution_ids: Vec<&'a str>,
+}
+
+impl<'a> Wanted<'a> {
+    fn of(claims: &[&'a ClaimCommand]) -> Self {
+        let mut ordered = claims.to_vec();
+        ordered.sort_by(|a, b| {
+            (a.namespace.as_str(), a.operation_key.as_str())
+                .cmp(&(b.namespace.as_str(), b.operation_key.as_str()))
+        });
+        let mut wanted = Wanted::default();
+        for claim in ordered {
+            wanted.namespaces.push(claim.namespace.as_str());
+            wanted.keys.push(claim.operation_key.as_str());
+            wanted.digests.push(&claim.fingerprint.digest);
+            wanted
+                .canonicals
+                .push(claim.fingerprint.canonical.as_deref());
+            wanted
+                .compensates
+                .push(claim.compensates.as_ref().map(OperationKey::as_str));
+            wanted.owners.push(&claim.lease.owner);
+            wanted.lease_us.push(micros_ceil(claim.lease.ttl));
+            wanted
+                .max_attempts
+                .push(i32::try_from(claim.retry_policy.max_attempts).unwrap_or(i32::MAX));
+            wanted
+                .initial_backoff_us
+                .push(micros_ceil(claim.retry_policy.initial_backoff));
+            wanted
+                .max_backoff_us
+                .push(micros_ceil(claim.retry_policy.max_backoff));
+            wanted
+                .deadline_us
+                .push(micros_ceil(claim.retry_policy.deadline));
+            wanted.execution_ids.push(&claim.lease.execution_id);
+        }
+        wanted
+    }
+}
+
+/// Registers, in one statement, each claimed operation whose key is new, with
+/// its first lease and first execution, and reads those that exist. `claims`
+/// name distinct keys; the answer is in their order, `None` for a key that a
+/// racing registration inserted but had not committed when this statement
+/// began (a later statement sees it).
+///
+/// The primary key is the only conflict target, so a second compensation of
+/// one original raises instead of vanishing. A compensation (at most one per
+/// statement) also links its original, if that original succeeded and is not
+/// compensated yet; `linked_original` tells.
+pub async fn register(
     db: impl PgExecutor<'_>,
-    claim: &ClaimCommand,
-) -> sqlx::Result<Option<Registered>> {
-    let _timer = QueryTimer::start("operations_insert_new");
-    let row: Option<RegisteredRow> = sqlx::query_as(concat!(
-        "WITH inserted AS (
+    claims: &[&ClaimCommand],
+) -> sqlx::Result<Vec<Option<Registration>>> {
+    if claims.is_empty() {
+        return Ok(Vec::new());
+    }
+    let _timer = QueryTimer::start("operations_register");
+    let wanted = Wanted::of(claims);
+    // Compensations are registered one to a statement (`registry/claim.rs`).
+    let mut compensations = claims.iter().filter_map(|claim| {
+        let original = claim.compensates.as_ref()?;
+        Some((claim.namespace.as_str(), original.as_str()))
+    });
+    let link = compensations.next();
+    debug_assert!(
+        compensations.next().is_none(),
+        "one compensation per statement"
+    );
+    let rows: Vec<RegistrationRow> = sqlx::query_as(concat!(
+        "WITH wanted AS (
+             SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[],
+                                  $6::text[], $7::bigint[], $8::int[], $9::bigint[], $10::bigint[],
+                                  $11::bigint[], $12::text[])
+                 WITH ORDINALITY
+                 AS w(w_namespace, w_key, w_digest, w_canonical, w_compensates, w_owner, w_lease_us,
+                      w_max_attempts, w_initial_backoff_us, w_max_backoff_us, w_deadline_us,
+                      w_execution_id, w_order)
+         ),
+         -- One primary-key probe per key (a LATERAL with LIMIT is never
+         -- flattened into a join), whatever the plan thinks of the table's
+         -- size: a hash join with a scan of `operations` would grow with it.
+         existing AS MATERIALIZED (
+             SELECT found.*, clock_timestamp() AS db_now
+             FROM wanted CROSS JOIN LATERAL (
+                 SELECT ",
+        operation_columns!(),
+        " FROM operations
+                 WHERE namespace = w_namespace AND operation_key = w_key
+                 LIMIT 1
+             ) AS found
+         ),
+         inserted AS (
              INSERT INTO operations (
                  namespace, operation_key, status, parameters_digest, parameters_canonical,
                  compensates, fencing_token, lease_owner, lease_expires_at, attempts,
                  max_attempts, initial_backoff_us, max_backoff_us, deadline_at,
                  created_at, updated_at)
-             SELECT $1, $2, 'in_progress', $3, $4,
-                    $5, nextval('fencing_tokens'), $6, clock.now + $7::bigint * interval '1 microsecond', 1,
-                    $8, $9, $10, clock.now + $11::bigint * interval '1 microsecond',
+             SELECT w_namespace, w_key, 'in_progress', w_digest, w_canonical,
+                    w_compensates, nextval('fencing_tokens'), w_owner,
+                    clock.now + w_lease_us * interval '1 microsecond', 1,
+                    w_max_attempts, w_initial_backoff_us, w_max_backoff_us,
+                    clock.now + w_deadline_us * interval '1 microsecond',
                     clock.now, clock.now
-             FROM (SELECT clock_timestamp() AS now) AS clock
+             FROM wanted CROSS JOIN (SELECT clock_timestamp() AS now) AS clock
              -- An existing key draws no token: the select list, nextval with
              -- it, is evaluated only for a row that passes. Only a racing
              -- insert not yet committed gets past this to the conflict.
              WHERE NOT EXISTS (
-                 SELECT 1 FROM operations WHERE namespace = $1 AND operation_key = $2)
+                 SELECT 1 FROM existing
+                 WHERE existing.namespace = w_namespace AND existing.operation_key = w_key)
+             ORDER BY w_order
              ON CONFLICT (namespace, operation_key) DO NOTHING
              RETURNING ",
         operation_columns!(),
@@ -66,44 +180,83 @@ pub async fn insert_new(
          first_execution AS (
              INSERT INTO executions (
                  fencing_token, namespace, operation_key, attempt, kind, execution_id, owner, started_at)
-             SELECT fencing_token, namespace, operation_key, attempts, 'first', $12, lease_owner, created_at
-             FROM inserted
+             SELECT fencing_token, namespace, operation_key, attempts, 'first', w_execution_id,
+                    lease_owner, created_at
+             FROM inserted JOIN wanted ON w_namespace = namespace AND w_key = operation_key
          ),
+         -- The original by its primary key, as scalars: a join on the new
+         -- rows would be planned (generically) as a scan of every finished row.
          linked AS (
              UPDATE operations AS original
              SET compensated_by = inserted.operation_key, updated_at = inserted.created_at
              FROM inserted
-             WHERE original.namespace = inserted.namespace
-               AND original.operation_key = inserted.compensates
+             WHERE original.namespace = $13 AND original.operation_key = $14
+               AND inserted.namespace = $13 AND inserted.compensates = $14
                AND original.status = 'succeeded'
                AND original.compensated_by IS NULL
-             RETURNING original.operation_key
+             RETURNING original.namespace, original.compensated_by
          )
          SELECT ",
         operation_columns!(),
-        ", EXISTS (SELECT 1 FROM linked) AS linked_original,
-                clock_timestamp() AS returned_at
-         FROM inserted"
+        ", true AS inserted,
+                EXISTS (SELECT 1 FROM linked
+                        WHERE linked.namespace = inserted.namespace
+                          AND linked.compensated_by = inserted.operation_key) AS linked_original,
+                clock_timestamp() AS observed_at
+         FROM inserted
+         UNION ALL
+         SELECT ",
+        operation_columns!(),
+        ", false, false, db_now FROM existing"
     ))
-    .bind(claim.namespace.as_str())
-    .bind(claim.operation_key.as_str())
-    .bind(&claim.fingerprint.digest)
-    .bind(&claim.fingerprint.canonical)
-    .bind(claim.compensates.as_ref().map(OperationKey::as_str))
-    .bind(&claim.lease.owner)
-    .bind(micros_ceil(claim.lease.ttl))
-    .bind(i32::try_from(claim.retry_policy.max_attempts).unwrap_or(i32::MAX))
-    .bind(micros_ceil(claim.retry_policy.initial_backoff))
-    .bind(micros_ceil(claim.retry_policy.max_backoff))
-    .bind(micros_ceil(claim.retry_policy.deadline))
-    .bind(&claim.lease.execution_id)
-    .fetch_optional(db)
+    .bind(&wanted.namespaces)
+    .bind(&wanted.keys)
+    .bind(&wanted.digests)
+    .bind(&wanted.canonicals)
+    .bind(&wanted.compensates)
+    .bind(&wanted.owners)
+    .bind(&wanted.lease_us)
+    .bind(&wanted.max_attempts)
+    .bind(&wanted.initial_backoff_us)
+    .bind(&wanted.max_backoff_us)
+    .bind(&wanted.deadline_us)
+    .bind(&wanted.execution_ids)
+    .bind(link.map(|(namespace, _)| namespace))
+    .bind(link.map(|(_, original)| original))
+    .fetch_all(db)
     .await?;
-    Ok(row.map(|row| Registered {
-        operation: row.operation.into(),
-        linked_original: row.linked_original,
-        returned_at: row.returned_at,
-    }))
+    let positions: HashMap<(&str, &str), usize> = claims
+        .iter()
+        .enumerate()
+        .map(|(position, claim)| {
+            let key = (claim.namespace.as_str(), claim.operation_key.as_str());
+            (key, position)
+        })
+        .collect();
+    let mut found: Vec<Option<Registration>> = claims.iter().map(|_| None).collect();
+    for row in rows {
+        let operation = Operation::from(row.operation);
+        let key = (
+            operation.namespace.as_str(),
+            operation.operation_key.as_str(),
+        );
+        let Some(&position) = positions.get(&key) else {
+            continue;
+        };
+        found[position] = Some(if row.inserted {
+            Registration::Inserted(Registered {
+                operation,
+                linked_original: row.linked_original,
+                returned_at: row.observed_at,
+            })
+        } else {
+            Registration::Existing(Observed {
+                operation,
+                db_now: row.observed_at,
+            })
+        });
+    }
+    Ok(found)
 }
 
 /// Restarts the clock of a first lease whose registration waited on a racing

@@ -3,6 +3,7 @@ import datetime
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.rpc import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -92,6 +93,46 @@ ADMIN_ACTION_RESOLVE: AdminAction
 ADMIN_ACTION_REQUEUE: AdminAction
 ADMIN_ACTION_HOLD: AdminAction
 ADMIN_ACTION_RELEASE: AdminAction
+
+class BatchClaimRequest(_message.Message):
+    __slots__ = ("claims",)
+    CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    claims: _containers.RepeatedCompositeFieldContainer[ClaimRequest]
+    def __init__(self, claims: _Optional[_Iterable[_Union[ClaimRequest, _Mapping]]] = ...) -> None: ...
+
+class BatchClaimResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[BatchClaimResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[BatchClaimResult, _Mapping]]] = ...) -> None: ...
+
+class BatchClaimResult(_message.Message):
+    __slots__ = ("claim", "error")
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    claim: ClaimResponse
+    error: _status_pb2.Status
+    def __init__(self, claim: _Optional[_Union[ClaimResponse, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...
+
+class BatchCompleteRequest(_message.Message):
+    __slots__ = ("completions",)
+    COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
+    completions: _containers.RepeatedCompositeFieldContainer[CompleteRequest]
+    def __init__(self, completions: _Optional[_Iterable[_Union[CompleteRequest, _Mapping]]] = ...) -> None: ...
+
+class BatchCompleteResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[BatchCompleteResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[BatchCompleteResult, _Mapping]]] = ...) -> None: ...
+
+class BatchCompleteResult(_message.Message):
+    __slots__ = ("completed", "error")
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    completed: CompleteResponse
+    error: _status_pb2.Status
+    def __init__(self, completed: _Optional[_Union[CompleteResponse, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class ClaimRequest(_message.Message):
     __slots__ = ("namespace", "operation_key", "parameters", "parameters_digest", "owner", "execution_id", "lease_ttl", "retry_policy", "compensates")

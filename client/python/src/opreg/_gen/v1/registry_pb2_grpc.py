@@ -75,6 +75,16 @@ class OperationRegistryStub:
                 request_serializer=opreg_dot_v1_dot_registry__pb2.ClaimDueRequest.SerializeToString,
                 response_deserializer=opreg_dot_v1_dot_registry__pb2.ClaimDueResponse.FromString,
                 _registered_method=True)
+        self.BatchClaim = channel.unary_unary(
+                '/opreg.v1.OperationRegistry/BatchClaim',
+                request_serializer=opreg_dot_v1_dot_registry__pb2.BatchClaimRequest.SerializeToString,
+                response_deserializer=opreg_dot_v1_dot_registry__pb2.BatchClaimResponse.FromString,
+                _registered_method=True)
+        self.BatchComplete = channel.unary_unary(
+                '/opreg.v1.OperationRegistry/BatchComplete',
+                request_serializer=opreg_dot_v1_dot_registry__pb2.BatchCompleteRequest.SerializeToString,
+                response_deserializer=opreg_dot_v1_dot_registry__pb2.BatchCompleteResponse.FromString,
+                _registered_method=True)
 
 
 class OperationRegistryServicer:
@@ -138,6 +148,24 @@ class OperationRegistryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BatchClaim(self, request, context):
+        """Up to 1,000 Claims in one call, each answered exactly as Claim would
+        answer it alone, in request order: its ClaimResponse, or the status (with
+        its ErrorInfo) Claim would have returned. Claims of one key answer as if
+        run one after another in request order. The call itself fails only when
+        the batch is empty, too long or too large (INVALID_ARGUMENT).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BatchComplete(self, request, context):
+        """Up to 1,000 Completes in one call, answered like BatchClaim.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperationRegistryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -175,6 +203,16 @@ def add_OperationRegistryServicer_to_server(servicer, server):
                     servicer.ClaimDue,
                     request_deserializer=opreg_dot_v1_dot_registry__pb2.ClaimDueRequest.FromString,
                     response_serializer=opreg_dot_v1_dot_registry__pb2.ClaimDueResponse.SerializeToString,
+            ),
+            'BatchClaim': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchClaim,
+                    request_deserializer=opreg_dot_v1_dot_registry__pb2.BatchClaimRequest.FromString,
+                    response_serializer=opreg_dot_v1_dot_registry__pb2.BatchClaimResponse.SerializeToString,
+            ),
+            'BatchComplete': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchComplete,
+                    request_deserializer=opreg_dot_v1_dot_registry__pb2.BatchCompleteRequest.FromString,
+                    response_serializer=opreg_dot_v1_dot_registry__pb2.BatchCompleteResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -372,6 +410,60 @@ class OperationRegistry:
             '/opreg.v1.OperationRegistry/ClaimDue',
             opreg_dot_v1_dot_registry__pb2.ClaimDueRequest.SerializeToString,
             opreg_dot_v1_dot_registry__pb2.ClaimDueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchClaim(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opreg.v1.OperationRegistry/BatchClaim',
+            opreg_dot_v1_dot_registry__pb2.BatchClaimRequest.SerializeToString,
+            opreg_dot_v1_dot_registry__pb2.BatchClaimResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchComplete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opreg.v1.OperationRegistry/BatchComplete',
+            opreg_dot_v1_dot_registry__pb2.BatchCompleteRequest.SerializeToString,
+            opreg_dot_v1_dot_registry__pb2.BatchCompleteResponse.FromString,
             options,
             channel_credentials,
             insecure,

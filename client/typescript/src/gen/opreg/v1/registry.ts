@@ -21,6 +21,7 @@ import {
 import { Duration } from "../../google/protobuf/duration";
 import { Struct } from "../../google/protobuf/struct";
 import { Timestamp } from "../../google/protobuf/timestamp";
+import { Status } from "../../google/rpc/status";
 
 export const protobufPackage = "opreg.v1";
 
@@ -343,6 +344,45 @@ export function adminActionToJSON(object: AdminAction): string {
   }
 }
 
+export interface BatchClaimRequest {
+  /** 1 to 1,000 claims, in any namespaces the caller may work in. */
+  claims: ClaimRequest[];
+}
+
+export interface BatchClaimResponse {
+  /** One per claim, in request order. */
+  results: BatchClaimResult[];
+}
+
+export interface BatchClaimResult {
+  claim?:
+    | ClaimResponse
+    | undefined;
+  /**
+   * The status Claim would have returned for this claim alone, with its
+   * google.rpc.ErrorInfo among the details.
+   */
+  error?: Status | undefined;
+}
+
+export interface BatchCompleteRequest {
+  /** 1 to 1,000 completions. */
+  completions: CompleteRequest[];
+}
+
+export interface BatchCompleteResponse {
+  /** One per completion, in request order. */
+  results: BatchCompleteResult[];
+}
+
+export interface BatchCompleteResult {
+  completed?:
+    | CompleteResponse
+    | undefined;
+  /** The status Complete would have returned for this completion alone. */
+  error?: Status | undefined;
+}
+
 export interface ClaimRequest {
   namespace: string;
   /** Stable business identity, e.g. "settlement:A:W:V". Never a run id. */
@@ -629,6 +669,466 @@ export interface AuditEntry {
   heldBefore: boolean;
   heldAfter: boolean;
 }
+
+function createBaseBatchClaimRequest(): BatchClaimRequest {
+  return { claims: [] };
+}
+
+export const BatchClaimRequest: MessageFns<BatchClaimRequest> = {
+  encode(message: BatchClaimRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.claims) {
+      ClaimRequest.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): BatchClaimRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseBatchClaimRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.claims.push(ClaimRequest.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): BatchClaimRequest {
+    return {
+      claims: globalThis.Array.isArray(object?.claims) ? object.claims.map((e: any) => ClaimRequest.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: BatchClaimRequest): unknown {
+    const obj: any = {};
+    if (message.claims?.length) {
+      obj.claims = message.claims.map((e) => ClaimRequest.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<BatchClaimRequest>): BatchClaimRequest {
+    return BatchClaimRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<BatchClaimRequest>): BatchClaimRequest {
+    const message = createBaseBatchClaimRequest();
+    message.claims = object.claims?.map((e) => ClaimRequest.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseBatchClaimResponse(): BatchClaimResponse {
+  return { results: [] };
+}
+
+export const BatchClaimResponse: MessageFns<BatchClaimResponse> = {
+  encode(message: BatchClaimResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.results) {
+      BatchClaimResult.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): BatchClaimResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseBatchClaimResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.results.push(BatchClaimResult.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): BatchClaimResponse {
+    return {
+      results: globalThis.Array.isArray(object?.results)
+        ? object.results.map((e: any) => BatchClaimResult.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: BatchClaimResponse): unknown {
+    const obj: any = {};
+    if (message.results?.length) {
+      obj.results = message.results.map((e) => BatchClaimResult.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<BatchClaimResponse>): BatchClaimResponse {
+    return BatchClaimResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<BatchClaimResponse>): BatchClaimResponse {
+    const message = createBaseBatchClaimResponse();
+    message.results = object.results?.map((e) => BatchClaimResult.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseBatchClaimResult(): BatchClaimResult {
+  return { claim: undefined, error: undefined };
+}
+
+export const BatchClaimResult: MessageFns<BatchClaimResult> = {
+  encode(message: BatchClaimResult, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.claim !== undefined) {
+      ClaimResponse.encode(message.claim, writer.uint32(10).fork()).join();
+    }
+    if (message.error !== undefined) {
+      Status.encode(message.error, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): BatchClaimResult {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseBatchClaimResult();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.claim = ClaimResponse.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.error = Status.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): BatchClaimResult {
+    return {
+      claim: isSet(object.claim) ? ClaimResponse.fromJSON(object.claim) : undefined,
+      error: isSet(object.error) ? Status.fromJSON(object.error) : undefined,
+    };
+  },
+
+  toJSON(message: BatchClaimResult): unknown {
+    const obj: any = {};
+    if (message.claim !== undefined) {
+      obj.claim = ClaimResponse.toJSON(message.claim);
+    }
+    if (message.error !== undefined) {
+      obj.error = Status.toJSON(message.error);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<BatchClaimResult>): BatchClaimResult {
+    return BatchClaimResult.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<BatchClaimResult>): BatchClaimResult {
+    const message = createBaseBatchClaimResult();
+    message.claim = (object.claim !== undefined && object.claim !== null)
+      ? ClaimResponse.fromPartial(object.claim)
+      : undefined;
+    message.error = (object.error !== undefined && object.error !== null)
+      ? Status.fromPartial(object.error)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseBatchCompleteRequest(): BatchCompleteRequest {
+  return { completions: [] };
+}
+
+export const BatchCompleteRequest: MessageFns<BatchCompleteRequest> = {
+  encode(message: BatchCompleteRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.completions) {
+      CompleteRequest.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): BatchCompleteRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseBatchCompleteRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.completions.push(CompleteRequest.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): BatchCompleteRequest {
+    return {
+      completions: globalThis.Array.isArray(object?.completions)
+        ? object.completions.map((e: any) => CompleteRequest.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: BatchCompleteRequest): unknown {
+    const obj: any = {};
+    if (message.completions?.length) {
+      obj.completions = message.completions.map((e) => CompleteRequest.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<BatchCompleteRequest>): BatchCompleteRequest {
+    return BatchCompleteRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<BatchCompleteRequest>): BatchCompleteRequest {
+    const message = createBaseBatchCompleteRequest();
+    message.completions = object.completions?.map((e) => CompleteRequest.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseBatchCompleteResponse(): BatchCompleteResponse {
+  return { results: [] };
+}
+
+export const BatchCompleteResponse: MessageFns<BatchCompleteResponse> = {
+  encode(message: BatchCompleteResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.results) {
+      BatchCompleteResult.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): BatchCompleteResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseBatchCompleteResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.results.push(BatchCompleteResult.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): BatchCompleteResponse {
+    return {
+      results: globalThis.Array.isArray(object?.results)
+        ? object.results.map((e: any) => BatchCompleteResult.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: BatchCompleteResponse): unknown {
+    const obj: any = {};
+    if (message.results?.length) {
+      obj.results = message.results.map((e) => BatchCompleteResult.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<BatchCompleteResponse>): BatchCompleteResponse {
+    return BatchCompleteResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<BatchCompleteResponse>): BatchCompleteResponse {
+    const message = createBaseBatchCompleteResponse();
+    message.results = object.results?.map((e) => BatchCompleteResult.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseBatchCompleteResult(): BatchCompleteResult {
+  return { completed: undefined, error: undefined };
+}
+
+export const BatchCompleteResult: MessageFns<BatchCompleteResult> = {
+  encode(message: BatchCompleteResult, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.completed !== undefined) {
+      CompleteResponse.encode(message.completed, writer.uint32(10).fork()).join();
+    }
+    if (message.error !== undefined) {
+      Status.encode(message.error, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): BatchCompleteResult {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseBatchCompleteResult();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.completed = CompleteResponse.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.error = Status.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): BatchCompleteResult {
+    return {
+      completed: isSet(object.completed) ? CompleteResponse.fromJSON(object.completed) : undefined,
+      error: isSet(object.error) ? Status.fromJSON(object.error) : undefined,
+    };
+  },
+
+  toJSON(message: BatchCompleteResult): unknown {
+    const obj: any = {};
+    if (message.completed !== undefined) {
+      obj.completed = CompleteResponse.toJSON(message.completed);
+    }
+    if (message.error !== undefined) {
+      obj.error = Status.toJSON(message.error);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<BatchCompleteResult>): BatchCompleteResult {
+    return BatchCompleteResult.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<BatchCompleteResult>): BatchCompleteResult {
+    const message = createBaseBatchCompleteResult();
+    message.completed = (object.completed !== undefined && object.completed !== null)
+      ? CompleteResponse.fromPartial(object.completed)
+      : undefined;
+    message.error = (object.error !== undefined && object.error !== null)
+      ? Status.fromPartial(object.error)
+      : undefined;
+    return message;
+  },
+};
 
 function createBaseClaimRequest(): ClaimRequest {
   return {
@@ -4267,6 +4767,33 @@ export const OperationRegistryService = {
     responseSerialize: (value: ClaimDueResponse): Buffer => Buffer.from(ClaimDueResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ClaimDueResponse => ClaimDueResponse.decode(value),
   },
+  /**
+   * Up to 1,000 Claims in one call, each answered exactly as Claim would
+   * answer it alone, in request order: its ClaimResponse, or the status (with
+   * its ErrorInfo) Claim would have returned. Claims of one key answer as if
+   * run one after another in request order. The call itself fails only when
+   * the batch is empty, too long or too large (INVALID_ARGUMENT).
+   */
+  batchClaim: {
+    path: "/opreg.v1.OperationRegistry/BatchClaim" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: BatchClaimRequest): Buffer => Buffer.from(BatchClaimRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): BatchClaimRequest => BatchClaimRequest.decode(value),
+    responseSerialize: (value: BatchClaimResponse): Buffer => Buffer.from(BatchClaimResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): BatchClaimResponse => BatchClaimResponse.decode(value),
+  },
+  /** Up to 1,000 Completes in one call, answered like BatchClaim. */
+  batchComplete: {
+    path: "/opreg.v1.OperationRegistry/BatchComplete" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: BatchCompleteRequest): Buffer => Buffer.from(BatchCompleteRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): BatchCompleteRequest => BatchCompleteRequest.decode(value),
+    responseSerialize: (value: BatchCompleteResponse): Buffer =>
+      Buffer.from(BatchCompleteResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): BatchCompleteResponse => BatchCompleteResponse.decode(value),
+  },
 } as const;
 
 export interface OperationRegistryServer extends UntypedServiceImplementation {
@@ -4289,6 +4816,16 @@ export interface OperationRegistryServer extends UntypedServiceImplementation {
    * caller per token; held operations are skipped.
    */
   claimDue: handleUnaryCall<ClaimDueRequest, ClaimDueResponse>;
+  /**
+   * Up to 1,000 Claims in one call, each answered exactly as Claim would
+   * answer it alone, in request order: its ClaimResponse, or the status (with
+   * its ErrorInfo) Claim would have returned. Claims of one key answer as if
+   * run one after another in request order. The call itself fails only when
+   * the batch is empty, too long or too large (INVALID_ARGUMENT).
+   */
+  batchClaim: handleUnaryCall<BatchClaimRequest, BatchClaimResponse>;
+  /** Up to 1,000 Completes in one call, answered like BatchClaim. */
+  batchComplete: handleUnaryCall<BatchCompleteRequest, BatchCompleteResponse>;
 }
 
 export interface OperationRegistryClient extends Client {
@@ -4408,6 +4945,44 @@ export interface OperationRegistryClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ClaimDueResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Up to 1,000 Claims in one call, each answered exactly as Claim would
+   * answer it alone, in request order: its ClaimResponse, or the status (with
+   * its ErrorInfo) Claim would have returned. Claims of one key answer as if
+   * run one after another in request order. The call itself fails only when
+   * the batch is empty, too long or too large (INVALID_ARGUMENT).
+   */
+  batchClaim(
+    request: BatchClaimRequest,
+    callback: (error: ServiceError | null, response: BatchClaimResponse) => void,
+  ): ClientUnaryCall;
+  batchClaim(
+    request: BatchClaimRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: BatchClaimResponse) => void,
+  ): ClientUnaryCall;
+  batchClaim(
+    request: BatchClaimRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: BatchClaimResponse) => void,
+  ): ClientUnaryCall;
+  /** Up to 1,000 Completes in one call, answered like BatchClaim. */
+  batchComplete(
+    request: BatchCompleteRequest,
+    callback: (error: ServiceError | null, response: BatchCompleteResponse) => void,
+  ): ClientUnaryCall;
+  batchComplete(
+    request: BatchCompleteRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: BatchCompleteResponse) => void,
+  ): ClientUnaryCall;
+  batchComplete(
+    request: BatchCompleteRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: BatchCompleteResponse) => void,
   ): ClientUnaryCall;
 }
 
