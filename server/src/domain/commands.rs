@@ -23,6 +23,13 @@ pub struct ClaimCommand {
     pub compensates: Option<OperationKey>,
 }
 
+impl ClaimCommand {
+    /// The operation's identity, (namespace, key), as a map key.
+    pub fn identity(&self) -> (&str, &str) {
+        (self.namespace.as_str(), self.operation_key.as_str())
+    }
+}
+
 /// Who asks for a lease, and for how long.
 #[derive(Clone, Debug)]
 pub struct LeaseRequest {

@@ -14,7 +14,6 @@ use crate::domain::operation::{ExecutionKind, Operation, Status};
 use crate::domain::parameters::differing_fields;
 use crate::store::is_violation_of;
 use crate::store::operations::{self, Observed, Registered};
-
 use crate::telemetry::metrics;
 
 /// Guarded transitions lost to a concurrent one are decided again from a fresh

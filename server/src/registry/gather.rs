@@ -12,7 +12,7 @@
 //! the batch's order: the first Claim of a key registers it and any later Claim
 //! of that key in the same batch observes the row the first one left.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use sqlx::PgConnection;
@@ -147,24 +147,21 @@ async fn register_in_order(
     db: &mut PgConnection,
     claims: &[&ClaimCommand],
 ) -> Result<Vec<Result<Gathered>>> {
-    let mut first_of_key = HashMap::new();
+    let mut seen = HashSet::new();
     let distinct: Vec<&ClaimCommand> = claims
         .iter()
-        .filter(|claim| {
-            let key = (claim.namespace.as_str(), claim.operation_key.as_str());
-            first_of_key.insert(key, ()).is_none()
-        })
+        .filter(|claim| seen.insert(claim.identity()))
         .copied()
         .collect();
     let mut found: HashMap<(&str, &str), Option<operations::Registration>> = distinct
         .iter()
-        .map(|claim| (claim.namespace.as_str(), claim.operation_key.as_str()))
+        .map(|claim| claim.identity())
         .zip(operations::register(&mut *db, &distinct).await?)
         .collect();
     let mut left: HashMap<(&str, &str), Observed> = HashMap::new();
     let mut answers = Vec::with_capacity(claims.len());
     for claim in claims {
-        let key = (claim.namespace.as_str(), claim.operation_key.as_str());
+        let key = claim.identity();
         if let Some(observed) = left.get(&key) {
             answers.push(Ok(Some(Registration::Exists(observed.clone()))));
             continue;

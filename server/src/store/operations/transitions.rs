@@ -65,10 +65,7 @@ struct Wanted<'a> {
 impl<'a> Wanted<'a> {
     fn of(claims: &[&'a ClaimCommand]) -> Self {
         let mut ordered = claims.to_vec();
-        ordered.sort_by(|a, b| {
-            (a.namespace.as_str(), a.operation_key.as_str())
-                .cmp(&(b.namespace.as_str(), b.operation_key.as_str()))
-        });
+        ordered.sort_by(|a, b| a.identity().cmp(&b.identity()));
         let mut wanted = Wanted::default();
         for claim in ordered {
             wanted.namespaces.push(claim.namespace.as_str());
@@ -228,10 +225,7 @@ pub async fn register(
     let positions: HashMap<(&str, &str), usize> = claims
         .iter()
         .enumerate()
-        .map(|(position, claim)| {
-            let key = (claim.namespace.as_str(), claim.operation_key.as_str());
-            (key, position)
-        })
+        .map(|(position, claim)| (claim.identity(), position))
         .collect();
     let mut found: Vec<Option<Registration>> = claims.iter().map(|_| None).collect();
     for row in rows {
