@@ -356,3 +356,101 @@ async fn lookup_of_an_unknown_key_is_not_found() {
         .await;
     assert_error(result, Code::NotFound, "OPERATION_NOT_FOUND");
 }
+
+/// Complete is one guarded statement with no transaction around it, so this
+/// races it against itself and against takeovers of the lease it reports on,
+/// then checks every operation's row against its executions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn completes_racing_each_other_and_a_takeover_record_one_outcome_per_lease() {
+    const KEYS: usize = 40;
+    let app = spawn_app().await;
+    let mut client = app.client.clone();
+    let mut leases = Vec::new();
+    for i in 0..KEYS {
+        let key = format!("race-{i}");
+        let first = claim(&mut client, claim_request(NS, &key, "w", json!({}))).await;
+        app.expire_lease(NS, &key).await;
+        leases.push((key, token(&first)));
+    }
+    let failure = || {
+        pb::complete_request::Outcome::Failure(pb::Failure {
+            code: "DECLINED".into(),
+            message: String::new(),
+        })
+    };
+    let mut acquired = 0;
+    // One key at a time, so each takeover is a few milliseconds; the reports
+    // start up to 1.75 ms after it, so both orders happen.
+    for (i, (key, old)) in leases.into_iter().enumerate() {
+        let head_start = Duration::from_micros(250 * (i % 8) as u64);
+        let report = |outcome: pb::complete_request::Outcome| {
+            let (mut client, key) = (client.clone(), key.clone());
+            async move {
+                tokio::time::sleep(head_start).await;
+                client
+                    .complete(complete_request(NS, &key, old, outcome))
+                    .await
+            }
+        };
+        let mut taker = client.clone();
+        let takeover = claim(&mut taker, claim_request(NS, &key, "taker", json!({})));
+        let (succeeded, failed, taken) =
+            tokio::join!(report(success(b"ok")), report(failure()), takeover);
+        let taken = outcome(&taken);
+        let accepted = [&succeeded, &failed]
+            .iter()
+            .filter(|answer| answer.is_ok())
+            .count();
+        for refused in [&succeeded, &failed]
+            .into_iter()
+            .filter_map(|a| a.as_ref().err())
+        {
+            let reason = opreg_client::error_reason(refused).unwrap_or_default();
+            assert!(
+                matches!(reason.as_str(), "ALREADY_COMPLETED" | "STALE_FENCING_TOKEN"),
+                "{key}: {refused:?}"
+            );
+        }
+        let (status, token): (String, i64) = sqlx::query_as(
+            "SELECT status, fencing_token FROM operations WHERE namespace = $1 AND operation_key = $2",
+        )
+        .bind(NS)
+        .bind(&key)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+        let recorded: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT fencing_token, outcome FROM executions
+             WHERE namespace = $1 AND operation_key = $2 AND outcome_digest IS NOT NULL",
+        )
+        .bind(NS)
+        .bind(&key)
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+        if taken == ClaimOutcome::Acquired {
+            acquired += 1;
+            assert_eq!(
+                accepted, 0,
+                "{key}: a report was accepted for a lease taken over"
+            );
+            assert!(recorded.is_empty(), "{key}: {recorded:?}");
+            assert_eq!(status, "in_progress");
+            assert!(token > i64::try_from(old).unwrap());
+        } else {
+            assert_eq!(taken, ClaimOutcome::Replayed, "{key}");
+            assert_eq!(accepted, 1, "{key}: exactly one report wins");
+            let winner = if succeeded.is_ok() {
+                "succeeded"
+            } else {
+                "failed"
+            };
+            assert_eq!(status, winner, "{key}");
+            assert_eq!(
+                recorded,
+                vec![(i64::try_from(old).unwrap(), winner.to_owned())]
+            );
+        }
+    }
+    println!("{acquired} of {KEYS} leases were taken over before a report landed");
+}

@@ -78,6 +78,30 @@ impl Report {
         hasher.finalize().to_vec()
     }
 
+    /// The transition this report makes from a current lease when it depends on
+    /// nothing stored: every report but a retryable failure, whose next state
+    /// depends on the attempts and the budget.
+    pub fn settled_transition(&self) -> Option<Transition> {
+        match self.next_state() {
+            NextState::Settled(status) => Some(Transition {
+                status,
+                retry_in: None,
+            }),
+            NextState::Retry { .. } => None,
+        }
+    }
+
+    fn next_state(&self) -> NextState {
+        match self {
+            Report::Success { .. } => NextState::Settled(Status::Succeeded),
+            Report::Failure { .. } => NextState::Settled(Status::Failed),
+            Report::Unknown { .. } => NextState::Settled(Status::Unknown),
+            Report::Retryable { retry_after, .. } => NextState::Retry {
+                retry_after: *retry_after,
+            },
+        }
+    }
+
     pub fn execution_outcome(&self) -> ExecutionOutcome {
         match self {
             Report::Success { .. } => ExecutionOutcome::Succeeded,
@@ -86,6 +110,15 @@ impl Report {
             Report::Unknown { .. } => ExecutionOutcome::Unknown,
         }
     }
+}
+
+/// What a report asks of the operation's next state.
+enum NextState {
+    Settled(Status),
+    /// Another attempt, if the budget allows; `retry_after` is downstream's pushback.
+    Retry {
+        retry_after: Option<Duration>,
+    },
 }
 
 /// The operation's next state after a report.
@@ -150,11 +183,9 @@ fn transition(
         status,
         retry_in: None,
     };
-    match report {
-        Report::Success { .. } => settled(Status::Succeeded),
-        Report::Failure { .. } => settled(Status::Failed),
-        Report::Unknown { .. } => settled(Status::Unknown),
-        Report::Retryable { retry_after, .. } => {
+    match report.next_state() {
+        NextState::Settled(status) => settled(status),
+        NextState::Retry { retry_after } => {
             if operation.attempts >= operation.budget.max_attempts {
                 return settled(Status::Dead);
             }

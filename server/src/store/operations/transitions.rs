@@ -430,21 +430,12 @@ pub async fn exhaust(
     Ok(operations(rows))
 }
 
-/// A recorded outcome, with whether its execution row was finished too.
-#[derive(Debug)]
-pub struct Recorded {
-    pub operation: Operation,
-    pub execution_finished: bool,
-}
-
-#[derive(Debug, sqlx::FromRow)]
-struct RecordedRow {
-    #[sqlx(flatten)]
-    operation: OperationRow,
-    execution_finished: bool,
-}
-
-/// Records the report of the current lease holder and ends its lease.
+/// Records the report of the current lease holder and ends its lease, in one
+/// statement that commits on its own: the operation's row is locked first and
+/// only while it still holds `fencing_token` in progress and unheld, then the
+/// execution that token started is finished, and the operation moves only if
+/// that execution did. `None` when the token is not the current lease (or its
+/// execution is already finished); nothing is written then.
 pub async fn record_outcome(
     db: impl PgExecutor<'_>,
     namespace: &Namespace,
@@ -452,45 +443,46 @@ pub async fn record_outcome(
     fencing_token: FencingToken,
     report: &Report,
     transition: Transition,
-) -> sqlx::Result<Option<Recorded>> {
+) -> sqlx::Result<Option<Operation>> {
     let _timer = QueryTimer::start("operations_record_outcome");
     let columns = OutcomeColumns::of(report);
-    let row: Option<RecordedRow> = sqlx::query_as(concat!(
-        "WITH recorded AS (
-             UPDATE operations SET
-                 status = $4,
-                 result = $5,
-                 result_ref = $6,
-                 failure_code = $7,
-                 failure_message = $8,
-                 remote_ref = COALESCE($9, remote_ref),
-                 last_error_class = COALESCE($10, last_error_class),
-                 last_error_message = COALESCE($11, last_error_message),
-                 next_attempt_at = clock_timestamp() + $12::bigint * interval '1 microsecond',
-                 lease_owner = NULL,
-                 lease_expires_at = NULL,
-                 lease_takeover = false,
-                 reconciling = false,
-                 updated_at = clock_timestamp(),
-                 completed_at = CASE WHEN $4 IN ('succeeded', 'failed', 'dead') THEN clock_timestamp() END,
-                 unknown_since = CASE WHEN $4 = 'unknown' THEN COALESCE(unknown_since, clock_timestamp()) END
+    let row: Option<OperationRow> = sqlx::query_as(concat!(
+        "WITH current_lease AS (
+             SELECT fencing_token
+             FROM operations
              WHERE namespace = $1 AND operation_key = $2
                AND fencing_token = $3 AND status = 'in_progress' AND held_at IS NULL
-             RETURNING ",
-        operation_columns!(),
-        "
+             FOR UPDATE
          ),
          finished AS (
              UPDATE executions AS e SET
                  outcome = $13, outcome_digest = $14, error_class = $15, message = $16,
-                 finished_at = recorded.updated_at
-             FROM recorded
-             WHERE e.fencing_token = recorded.fencing_token AND e.outcome_digest IS NULL
-             RETURNING e.fencing_token
+                 finished_at = clock_timestamp()
+             FROM current_lease
+             WHERE e.fencing_token = current_lease.fencing_token AND e.outcome_digest IS NULL
+             RETURNING e.fencing_token AS lease_token, e.finished_at AS recorded_at
          )
-         SELECT ",
+         UPDATE operations AS o SET
+             status = $4,
+             result = $5,
+             result_ref = $6,
+             failure_code = $7,
+             failure_message = $8,
+             remote_ref = COALESCE($9, o.remote_ref),
+             last_error_class = COALESCE($10, o.last_error_class),
+             last_error_message = COALESCE($11, o.last_error_message),
+             next_attempt_at = finished.recorded_at + $12::bigint * interval '1 microsecond',
+             lease_owner = NULL,
+             lease_expires_at = NULL,
+             lease_takeover = false,
+             reconciling = false,
+             updated_at = finished.recorded_at,
+             completed_at = CASE WHEN $4 IN ('succeeded', 'failed', 'dead') THEN finished.recorded_at END,
+             unknown_since = CASE WHEN $4 = 'unknown' THEN COALESCE(o.unknown_since, finished.recorded_at) END
+         FROM finished
+         WHERE o.namespace = $1 AND o.operation_key = $2 AND o.fencing_token = finished.lease_token
+         RETURNING ",
         operation_columns!(),
-        ", EXISTS (SELECT 1 FROM finished) AS execution_finished FROM recorded"
     ))
     .bind(namespace.as_str())
     .bind(operation_key.as_str())
@@ -510,10 +502,7 @@ pub async fn record_outcome(
     .bind(columns.execution_message)
     .fetch_optional(db)
     .await?;
-    Ok(row.map(|row| Recorded {
-        operation: row.operation.into(),
-        execution_finished: row.execution_finished,
-    }))
+    Ok(row.map(Operation::from))
 }
 
 /// How a report lands in the columns of `operations` and `executions`.
