@@ -86,6 +86,8 @@ impl Application {
             Arc::clone(&store_health),
             config.retry_caps(),
             config.gather_settings(),
+            config.replay_settings(),
+            config.maintenance_settings().retention,
         );
         let session_options = match config.session_database()? {
             Some(options) => store::session_options(options),

@@ -13,7 +13,7 @@ use crate::access::tls::TlsFiles;
 use crate::domain::ids::Namespace;
 use crate::domain::policy::{LeaseBounds, PerNamespace, RetryPolicy};
 use crate::grpc::{ConnectionLimits, ParameterLimits, RequestLimits};
-use crate::registry::{GatherSettings, MaintenanceSettings};
+use crate::registry::{GatherSettings, MaintenanceSettings, ReplaySettings};
 use crate::store::{PoolSettings, Pooler};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -106,6 +106,14 @@ pub struct Config {
     /// Most Claims registered together in one statement.
     #[arg(long, env = "OPREG_CLAIM_BATCH_MAX", default_value_t = 128)]
     pub claim_batch_max: usize,
+
+    /// How long a terminal result answers replays from this process's memory; 0s turns it off.
+    #[arg(long, env = "OPREG_REPLAY_CACHE_TTL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub replay_cache_ttl: Duration,
+
+    /// Most memory, in MiB, the kept terminal results take.
+    #[arg(long, env = "OPREG_REPLAY_CACHE_MIB", default_value_t = 64)]
+    pub replay_cache_mib: usize,
 
     /// How long a request may wait for a database connection before UNAVAILABLE.
     #[arg(long, env = "OPREG_POOL_ACQUIRE_TIMEOUT", default_value = "1s", value_parser = humantime::parse_duration)]
@@ -477,6 +485,13 @@ impl Config {
         GatherSettings {
             writers: self.claim_writers,
             max_batch: self.claim_batch_max,
+        }
+    }
+
+    pub fn replay_settings(&self) -> ReplaySettings {
+        ReplaySettings {
+            lifetime: self.replay_cache_ttl,
+            max_bytes: self.replay_cache_mib.saturating_mul(1 << 20),
         }
     }
 

@@ -10,6 +10,7 @@ mod gather;
 mod maintenance;
 mod planted;
 mod read;
+mod replays;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,11 +24,13 @@ use crate::domain::policy::PerNamespace;
 use crate::store::{Sessions, StoreHealth};
 use crate::telemetry::metrics;
 use gather::Gatherer;
+use replays::Replays;
 
 pub use claim::ClaimAnswer;
 pub use gather::GatherSettings;
 pub use maintenance::{MaintenancePass, MaintenanceSettings};
 pub use read::{LookupAnswer, QueuePage};
+pub use replays::ReplaySettings;
 
 /// The operation registry over one PostgreSQL database. Cheap to clone; any
 /// number of replicas may serve the same database.
@@ -40,6 +43,8 @@ pub struct Registry {
     retry_caps: Arc<PerNamespace<Option<u32>>>,
     /// Where ordinary Claims are registered together.
     gatherer: Gatherer,
+    /// Terminal results that answer replays without a statement.
+    replays: Replays,
 }
 
 impl Registry {
@@ -49,9 +54,12 @@ impl Registry {
         store: Arc<StoreHealth>,
         retry_caps: PerNamespace<Option<u32>>,
         gather: GatherSettings,
+        replays: ReplaySettings,
+        retention: PerNamespace<Option<Duration>>,
     ) -> Self {
         Self {
             gatherer: Gatherer::start(sessions.clone(), Arc::clone(&store), gather),
+            replays: Replays::new(replays, retention),
             sessions,
             store,
             retry_caps: Arc::new(retry_caps),

@@ -52,6 +52,7 @@ pub const POOL_CONNECTIONS: &str = "opreg_db_pool_connections";
 pub const POOL_WAITING: &str = "opreg_db_pool_waiting";
 pub const QUERY_DURATION: &str = "opreg_db_query_duration_seconds";
 pub const CLAIM_BATCH_SIZE: &str = "opreg_claim_batch_size";
+pub const REPLAY_CACHE_HITS: &str = "opreg_replay_cache_hits_total";
 
 const ATTEMPT_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0];
 const BATCH_BUCKETS: &[f64] = &[
@@ -295,6 +296,11 @@ fn describe() {
         Unit::Count,
         "Claims registered or read together in one statement."
     );
+    describe_counter!(
+        REPLAY_CACHE_HITS,
+        Unit::Count,
+        "Claims replayed from this process's kept terminal results, without a statement."
+    );
 }
 
 /// The label for `namespace`: with an allowlist, itself when listed; without
@@ -438,6 +444,10 @@ pub fn query(name: &'static str, seconds: f64) {
 
 pub fn claim_batch(claims: usize) {
     histogram!(CLAIM_BATCH_SIZE).record(claims as f64);
+}
+
+pub fn replay_cache_hit(namespace: &str) {
+    counter!(REPLAY_CACHE_HITS, "namespace" => namespace_label(namespace)).increment(1);
 }
 
 pub fn store_up(up: bool) {
