@@ -39,7 +39,7 @@ async fn complete_on(
         {
             return Ok(recorded);
         }
-        match decide(connection, command).await? {
+        match decide_from_stored(connection, command).await? {
             ControlFlow::Continue(next) => transition = Some(next),
             ControlFlow::Break(answer) => return Ok(answer),
         }
@@ -71,7 +71,7 @@ async fn record(
 
 /// Decides from the stored operation and the execution the token started:
 /// the transition to record, or the answer.
-async fn decide(
+async fn decide_from_stored(
     connection: &mut PgConnection,
     command: &CompleteCommand,
 ) -> Result<ControlFlow<Operation, Transition>> {
