@@ -9,6 +9,7 @@ const PROTO_ROOT: &str = "proto";
 const PROTO_FILES: &[&str] = &[
     "proto/opreg/v1/registry.proto",
     "proto/opreg/v1/admin.proto",
+    "proto/opreg/v1/errors.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

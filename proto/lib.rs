@@ -6,6 +6,7 @@ pub mod v1 {
     tonic::include_proto!("opreg.v1");
 }
 
+pub mod errors;
 pub mod parameters;
 
 /// The encoded `FileDescriptorSet` of the contract, for server reflection.

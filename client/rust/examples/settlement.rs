@@ -223,13 +223,16 @@ impl Lab {
             Err(status) => (
                 error_reason(status).unwrap_or_default(),
                 error_info(status)
-                    .and_then(|info| info.metadata.get("differingFields").cloned())
+                    .and_then(|info| {
+                        let key = pb::ErrorMetadataKey::DifferingFields.wire_name();
+                        info.metadata.get(&key).cloned()
+                    })
                     .unwrap_or_default(),
             ),
             Ok(_) => (String::from("accepted"), String::new()),
         };
         self.check(
-            reason == "PARAMETER_CONFLICT" && fields == "amount",
+            reason == pb::ErrorReason::ParameterConflict.wire_name() && fields == "amount",
             format!("amount 101 for order-A: {reason} differingFields={fields}"),
         );
         Ok(())

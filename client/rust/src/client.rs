@@ -13,7 +13,7 @@ use crate::proto::operation_admin_client::OperationAdminClient;
 use crate::proto::operation_registry_client::OperationRegistryClient;
 
 /// The `ErrorInfo` domain of opreg's errors.
-pub const ERROR_DOMAIN: &str = "opreg";
+pub use opreg_proto::errors::ERROR_DOMAIN;
 
 /// How to reach a server that is secured: TLS trust, a client certificate
 /// for mutual TLS, an API key. TLS applies to `https://` endpoints.

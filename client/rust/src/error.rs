@@ -4,6 +4,7 @@ use tonic::Code;
 use tonic_types::StatusExt;
 
 use crate::client::error_info;
+use crate::proto::{ErrorMetadataKey as Key, ErrorReason as Reason};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -108,37 +109,50 @@ impl From<tonic::Status> for Error {
         let Some(info) = error_info(&status) else {
             return Error::Other(status);
         };
-        let meta = |key: &str| info.metadata.get(key).cloned().unwrap_or_default();
-        let token = |key: &str| meta(key).parse().unwrap_or_default();
-        match info.reason.as_str() {
-            "PARAMETER_CONFLICT" => Error::ParameterConflict {
-                differing_fields: meta("differingFields")
+        let Some(reason) = Reason::from_wire_name(&info.reason) else {
+            return Error::Other(status);
+        };
+        let meta = |key: Key| {
+            info.metadata
+                .get(&key.wire_name())
+                .cloned()
+                .unwrap_or_default()
+        };
+        let token = |key: Key| meta(key).parse().unwrap_or_default();
+        let retry_after = || {
+            status
+                .get_details_retry_info()
+                .and_then(|info| info.retry_delay)
+        };
+        match reason {
+            Reason::ParameterConflict => Error::ParameterConflict {
+                differing_fields: meta(Key::DifferingFields)
                     .split(',')
                     .filter(|field| !field.is_empty())
                     .map(str::to_owned)
                     .collect(),
-                stored_digest: meta("storedDigest"),
-                request_digest: meta("requestDigest"),
+                stored_digest: meta(Key::StoredDigest),
+                request_digest: meta(Key::RequestDigest),
             },
-            "STALE_FENCING_TOKEN" => Error::StaleFencingToken {
-                presented: token("presentedToken"),
-                current: token("currentToken"),
+            Reason::StaleFencingToken => Error::StaleFencingToken {
+                presented: token(Key::PresentedToken),
+                current: token(Key::CurrentToken),
             },
-            "ALREADY_COMPLETED" => Error::AlreadyCompleted,
-            "INVALID_TRANSITION" => Error::InvalidTransition {
-                current_status: meta("currentStatus"),
-                held: meta("held") == "true",
+            Reason::AlreadyCompleted => Error::AlreadyCompleted,
+            Reason::InvalidTransition => Error::InvalidTransition {
+                current_status: meta(Key::CurrentStatus),
+                held: meta(Key::Held) == "true",
             },
-            "LEASE_NOT_HELD" => Error::LeaseNotHeld,
-            "ORIGINAL_OUTCOME_UNKNOWN" | "NOTHING_TO_COMPENSATE" | "ALREADY_COMPENSATED" => {
-                Error::Compensation {
-                    reason: info.reason,
-                }
-            }
-            "OPERATION_NOT_FOUND" | "RESOURCE_NOT_FOUND" => Error::NotFound {
+            Reason::LeaseNotHeld => Error::LeaseNotHeld,
+            Reason::OriginalOutcomeUnknown
+            | Reason::NothingToCompensate
+            | Reason::AlreadyCompensated => Error::Compensation {
                 reason: info.reason,
             },
-            "INVALID_ARGUMENT" => Error::InvalidArgument {
+            Reason::OperationNotFound | Reason::ResourceNotFound => Error::NotFound {
+                reason: info.reason,
+            },
+            Reason::InvalidArgument => Error::InvalidArgument {
                 violations: status
                     .get_details_bad_request()
                     .map(|bad| {
@@ -149,24 +163,30 @@ impl From<tonic::Status> for Error {
                     })
                     .unwrap_or_default(),
             },
-            "RATE_LIMITED" => Error::RateLimited {
-                calls_per_second: meta("callsPerSecond").parse().unwrap_or_default(),
-                retry_after: status
-                    .get_details_retry_info()
-                    .and_then(|info| info.retry_delay),
+            Reason::RateLimited => Error::RateLimited {
+                calls_per_second: meta(Key::CallsPerSecond).parse().unwrap_or_default(),
+                retry_after: retry_after(),
             },
-            "UNAUTHENTICATED" => Error::Unauthenticated {
+            Reason::Unauthenticated => Error::Unauthenticated {
                 message: status.message().to_owned(),
             },
-            "PERMISSION_DENIED" => Error::PermissionDenied {
-                principal: meta("principal"),
-                namespace: meta("namespace"),
-                role: meta("role"),
+            Reason::PermissionDenied => Error::PermissionDenied {
+                principal: meta(Key::Principal),
+                namespace: meta(Key::Namespace),
+                role: meta(Key::Role),
             },
-            "MESSAGE_TOO_LARGE" => Error::MessageTooLarge {
-                limit: meta("limit").parse().unwrap_or_default(),
+            Reason::MessageTooLarge => Error::MessageTooLarge {
+                limit: meta(Key::Limit).parse().unwrap_or_default(),
             },
-            _ => Error::Other(status),
+            // Sent with UNAVAILABLE or DEADLINE_EXCEEDED, answered above.
+            Reason::StoreUnavailable
+            | Reason::OperationBusy
+            | Reason::Overloaded
+            | Reason::DeadlineExceeded => Error::Unavailable {
+                message: status.message().to_owned(),
+                retry_after: retry_after(),
+            },
+            Reason::Internal | Reason::Unspecified => Error::Other(status),
         }
     }
 }
@@ -174,13 +194,18 @@ impl From<tonic::Status> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::ERROR_DOMAIN;
     use std::time::Duration;
     use tonic_types::{ErrorDetails, StatusExt};
 
     #[test]
     fn busy_and_server_timeouts_are_transient_with_the_servers_delay() {
         let mut details = ErrorDetails::new();
-        details.set_error_info("OPERATION_BUSY", "opreg", std::collections::HashMap::new());
+        details.set_error_info(
+            Reason::OperationBusy.wire_name(),
+            ERROR_DOMAIN,
+            std::collections::HashMap::new(),
+        );
         details.set_retry_info(Some(Duration::from_millis(200)));
         let busy = Error::from(tonic::Status::with_error_details(
             Code::Unavailable,

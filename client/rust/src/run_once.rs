@@ -5,17 +5,20 @@
 //!    failure), marked as a replay; IN_PROGRESS and RETRY_LATER wait and claim
 //!    again; DEAD is an error; RECONCILE asks the caller's `reconcile` first.
 //! 2. While the work (or `reconcile`) runs, the lease is renewed every third of
-//!    its TTL, transient failures retried with jitter. A renew refused for a
-//!    stale token or another owner, or a lease that could not be renewed before
-//!    it would expire, cancels the work (its future is dropped) and no Complete
-//!    is sent.
+//!    its TTL, transient failures retried with jitter. A renew refused for any
+//!    reason, or a lease that could not be renewed before it would expire
+//!    (measured from the send of the call that granted it), cancels the work
+//!    (its future is dropped) and no Complete is sent.
 //! 3. The work's result becomes the Complete: success, business failure,
-//!    retryable (then claimed again), or unknown.
+//!    retryable (then claimed again), or unknown (then claimed again to
+//!    reconcile it when a `reconcile` was given, else an error).
 //! 4. UNAVAILABLE and deadline errors are retried with exponential backoff and
 //!    full jitter inside one overall deadline; nothing else is. Finished work is
 //!    always reported: Complete gets time of its own past the deadline, is sent
 //!    again with the same token when its answer is lost, and in doubt Lookup
-//!    tells whether it was recorded.
+//!    tells whether exactly this report was recorded.
+//!
+//! `client/PROTOCOL.md` is the decision table all opreg clients follow.
 //!
 //! Cancellation-safe: dropping the future stops the renewals, every
 //! [`LeaseHandle`] reports the lease lost, and the lease simply expires.
@@ -223,7 +226,7 @@ impl RunOnce {
             client: client.clone(),
             request,
             renew_every: None,
-            deadline: Duration::from_secs(300),
+            deadline: DEFAULT_DEADLINE,
             call_timeout: Duration::from_secs(10),
             reconcile: None,
         }
@@ -284,9 +287,16 @@ impl RunOnce {
         self
     }
 
-    /// Bounds everything: waits, retries, the work's renewals and the Complete.
+    /// Bounds claiming, waiting and retrying (default 120 s); the work itself
+    /// is not cut by it, and Complete gets time of its own past it.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
+        self
+    }
+
+    /// The timeout of one call (default 10 s).
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
         self
     }
 
@@ -320,7 +330,7 @@ impl RunOnce {
         let deadline = after(self.deadline);
         loop {
             let request = self.request.clone();
-            let claimed = self
+            let (claimed, sent) = self
                 .retrying(deadline, |client| {
                     let request = request.clone();
                     async move { client.claim(request).await }
@@ -346,7 +356,8 @@ impl RunOnce {
                 }
                 outcome @ (ClaimOutcome::Acquired | ClaimOutcome::Reconcile) => {
                     let lease = claimed.lease.ok_or_else(|| missing("lease"))?;
-                    self.execute(outcome, lease, operation.remote_ref, &mut work, deadline)
+                    let granted = Granted { lease, sent };
+                    self.execute(outcome, granted, operation.remote_ref, &mut work, deadline)
                         .await?
                 }
                 ClaimOutcome::Unspecified => return Err(missing("claim outcome")),
@@ -363,7 +374,7 @@ impl RunOnce {
     async fn execute<W, Fut>(
         &mut self,
         outcome: ClaimOutcome,
-        lease: pb::Lease,
+        granted: Granted,
         remote_ref: String,
         work: &mut W,
         deadline: Instant,
@@ -372,7 +383,7 @@ impl RunOnce {
         W: FnMut(LeaseHandle) -> Fut,
         Fut: Future<Output = Result<Success, WorkError>>,
     {
-        let held = self.hold(lease);
+        let held = self.hold(granted);
         if outcome == ClaimOutcome::Reconcile {
             self.reconcile_under(held, remote_ref, work, deadline).await
         } else {
@@ -386,6 +397,7 @@ impl RunOnce {
     pub(crate) async fn run_handed<W, Fut>(
         mut self,
         handed: pb::DueOperation,
+        sent: Instant,
         mut work: W,
     ) -> Result<Option<Completed>, RunError>
     where
@@ -397,7 +409,13 @@ impl RunOnce {
         let lease = handed.lease.ok_or_else(|| missing("lease"))?;
         let remote_ref = handed.operation.unwrap_or_default().remote_ref;
         match self
-            .execute(outcome, lease, remote_ref, &mut work, deadline)
+            .execute(
+                outcome,
+                Granted { lease, sent },
+                remote_ref,
+                &mut work,
+                deadline,
+            )
             .await?
         {
             Next::Done(completed) => Ok(Some(*completed)),
@@ -405,20 +423,23 @@ impl RunOnce {
         }
     }
 
-    /// Starts renewing `lease` until the returned guard is dropped.
-    fn hold(&self, lease: pb::Lease) -> Held {
+    /// Starts renewing the granted lease until the returned guard is dropped.
+    fn hold(&self, granted: Granted) -> Held {
         let lost = CancellationToken::new();
         let ended = lost.child_token();
         let renewals = tokio::spawn(renew_until_lost(
             self.client.clone(),
-            self.renew_request(&lease),
-            self.ttl(),
-            self.renew_interval(),
-            self.call_timeout,
+            self.renew_request(&granted.lease),
+            granted.sent,
+            Renewals {
+                ttl: self.ttl(),
+                every: self.renew_interval(),
+                call_timeout: self.call_timeout,
+            },
             lost.clone(),
         ));
         Held {
-            lease,
+            lease: granted.lease,
             lost,
             ended,
             renewals,
@@ -504,7 +525,13 @@ impl RunOnce {
                 Some(error),
             ),
         };
-        let retryable = matches!(outcome, Outcome::Retryable(_));
+        // A retry is the queue's to schedule; an unknown outcome is reconciled
+        // by the next Claim (RECONCILE) when there is someone to ask.
+        let claim_again = match outcome {
+            Outcome::Retryable(_) => true,
+            Outcome::Unknown(_) => self.reconcile.is_some(),
+            Outcome::Success(_) | Outcome::Failure(_) => false,
+        };
         let operation = self.record(&held, outcome, deadline).await?;
         drop(held);
         if let Some(error) = failure {
@@ -512,7 +539,7 @@ impl RunOnce {
         }
         match operation.status() {
             OperationStatus::Dead => Err(RunError::Dead),
-            _ if retryable => Ok(Next::ClaimAgain),
+            _ if claim_again => Ok(Next::ClaimAgain),
             _ => recorded(operation).map(|completed| Next::Done(Box::new(completed))),
         }
     }
@@ -541,28 +568,33 @@ impl RunOnce {
             })
             .await;
         match completed {
-            Ok(response) => Ok(response.operation.unwrap_or_default()),
-            // Only a token without a recorded report is ever called stale.
-            Err(RunError::Rpc(Error::StaleFencingToken { .. })) => Err(RunError::LeaseLost),
+            Ok((response, _)) => Ok(response.operation.unwrap_or_default()),
+            // Only a token without a recorded report is ever called stale; a
+            // lease not held is no more ours to report under.
+            Err(RunError::Rpc(Error::StaleFencingToken { .. } | Error::LeaseNotHeld)) => {
+                Err(RunError::LeaseLost)
+            }
             Err(RunError::Rpc(
                 error @ (Error::AlreadyCompleted
                 | Error::InvalidArgument { .. }
                 | Error::NotFound { .. }
-                | Error::LeaseNotHeld
                 | Error::ParameterConflict { .. }
                 | Error::Compensation { .. }),
             )) => Err(RunError::Rpc(error)),
             Err(doubt) => {
-                self.recorded_in_doubt(held.lease.fencing_token, doubt)
+                let reported = recorded_as(request.outcome.as_ref());
+                self.recorded_in_doubt(held.lease.fencing_token, reported, doubt)
                     .await
             }
         }
     }
 
-    /// The operation, if the execution of `token` has its report recorded.
+    /// The operation, if the execution of `token` has exactly the `reported`
+    /// outcome recorded; a superseded execution lost its lease.
     async fn recorded_in_doubt(
         &self,
         token: u64,
+        reported: ExecutionOutcome,
         doubt: RunError,
     ) -> Result<pb::Operation, RunError> {
         let lookup = pb::LookupRequest {
@@ -579,21 +611,25 @@ impl RunOnce {
         else {
             return Err(unrecorded());
         };
-        let reported = found.executions.iter().any(|e| {
-            e.fencing_token == token
-                && !matches!(
-                    e.outcome(),
-                    ExecutionOutcome::Running | ExecutionOutcome::Superseded
-                )
-        });
-        match (reported, found.operation) {
-            (true, Some(operation)) => Ok(operation),
+        let ours = found
+            .executions
+            .iter()
+            .rfind(|e| e.fencing_token == token)
+            .map(pb::Execution::outcome);
+        match (ours, found.operation) {
+            (Some(ExecutionOutcome::Superseded), _) => Err(RunError::LeaseLost),
+            (Some(outcome), Some(operation)) if outcome == reported => Ok(operation),
             _ => Err(unrecorded()),
         }
     }
 
-    /// Calls until it succeeds, a non-transient error comes back, or the deadline passes.
-    async fn retrying<T, F, Fut>(&self, deadline: Instant, mut call: F) -> Result<T, RunError>
+    /// Calls until it succeeds, a non-transient error comes back, or the
+    /// deadline passes; the answer, and when the call that got it was sent.
+    async fn retrying<T, F, Fut>(
+        &self,
+        deadline: Instant,
+        mut call: F,
+    ) -> Result<(T, Instant), RunError>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
@@ -603,13 +639,14 @@ impl RunOnce {
             if remaining.is_zero() {
                 break;
             }
+            let sent = Instant::now();
             let asked = match tokio::time::timeout(
                 remaining.min(self.call_timeout),
                 call(self.client.clone()),
             )
             .await
             {
-                Ok(Ok(value)) => return Ok(value),
+                Ok(Ok(value)) => return Ok((value, sent)),
                 Ok(Err(error)) if !error.is_transient() => return Err(error.into()),
                 Ok(Err(error)) => error.retry_after(),
                 Err(_) => None,
@@ -663,6 +700,26 @@ fn retryable(
 /// How many call timeouts Complete may still use once the overall deadline passed.
 const COMPLETE_ATTEMPTS: u32 = 3;
 
+/// Bounds claiming, waiting and retrying unless the caller says otherwise.
+const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);
+
+/// A lease as Claim or ClaimDue handed it out, and when that call was sent.
+struct Granted {
+    lease: pb::Lease,
+    sent: Instant,
+}
+
+/// The execution outcome a Complete report is recorded as.
+fn recorded_as(outcome: Option<&Outcome>) -> ExecutionOutcome {
+    match outcome {
+        Some(Outcome::Success(_)) => ExecutionOutcome::Succeeded,
+        Some(Outcome::Failure(_)) => ExecutionOutcome::Failed,
+        Some(Outcome::Retryable(_)) => ExecutionOutcome::Retryable,
+        Some(Outcome::Unknown(_)) => ExecutionOutcome::Unknown,
+        None => ExecutionOutcome::Unspecified,
+    }
+}
+
 /// A lease this run holds: renewed in the background until dropped.
 struct Held {
     lease: pb::Lease,
@@ -703,20 +760,33 @@ impl Drop for Held {
     }
 }
 
-/// Renews every `every` while the lease lasts. A refusal (stale token, another
-/// owner) loses it at once; transient failures are retried with full jitter,
-/// and a lease that could not be renewed before it would expire is lost too:
-/// another execution may hold it by then.
-async fn renew_until_lost(
-    client: Client,
-    request: pb::RenewRequest,
+/// How a held lease is renewed.
+struct Renewals {
     ttl: Duration,
     every: Duration,
     call_timeout: Duration,
+}
+
+/// Renews every `every` while the lease lasts. Any refusal (a stale token,
+/// another owner, a revoked permission: anything not transient) loses it at
+/// once; transient failures are retried with full jitter, and a lease that
+/// could not be renewed before it would expire is lost too: another
+/// execution may hold it by then. Validity is measured from the send of the
+/// call that granted or renewed the lease: the server's lease began no earlier.
+async fn renew_until_lost(
+    client: Client,
+    request: pb::RenewRequest,
+    granted_at: Instant,
+    renewals: Renewals,
     lost: CancellationToken,
 ) {
-    // Measured on this host's clock, with a margin for the time the grant took.
-    let mut valid_until = after(ttl - ttl / 10);
+    let Renewals {
+        ttl,
+        every,
+        call_timeout,
+    } = renewals;
+    let trusted = ttl - ttl / 10;
+    let mut valid_until = granted_at.checked_add(trusted).unwrap_or(granted_at);
     loop {
         tokio::time::sleep_until(after(every).min(valid_until)).await;
         let mut attempt = 0;
@@ -730,12 +800,10 @@ async fn renew_until_lost(
             match tokio::time::timeout(left.min(call_timeout), client.renew(request.clone())).await
             {
                 Ok(Ok(_)) => {
-                    valid_until = sent.checked_add(ttl - ttl / 10).unwrap_or(valid_until);
+                    valid_until = sent.checked_add(trusted).unwrap_or(valid_until);
                     break;
                 }
-                Ok(Err(
-                    Error::StaleFencingToken { .. } | Error::LeaseNotHeld | Error::NotFound { .. },
-                )) => {
+                Ok(Err(error)) if !error.is_transient() => {
                     lost.cancel();
                     return;
                 }

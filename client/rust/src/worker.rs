@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use crate::backoff::{full_jitter, spread};
 use crate::client::Client;
@@ -203,6 +204,8 @@ impl Worker {
                 }
                 continue;
             }
+            // The leases handed out began no earlier than this.
+            let sent = Instant::now();
             let pull = worker.pull(u32::try_from(free).unwrap_or(u32::MAX));
             let handed = tokio::select! {
                 () = &mut stop => break Ok(()),
@@ -213,7 +216,7 @@ impl Worker {
                     failures = 0;
                     for due in handed {
                         report.handed += 1;
-                        running.spawn(Arc::clone(&worker).run_one(due));
+                        running.spawn(Arc::clone(&worker).run_one(due, sent));
                     }
                     continue;
                 }
@@ -258,7 +261,7 @@ impl Worker {
     }
 
     /// Runs one handed-out operation to its recorded end.
-    async fn run_one(self: Arc<Self>, due: pb::DueOperation) -> Ended {
+    async fn run_one(self: Arc<Self>, due: pb::DueOperation, granted_at: Instant) -> Ended {
         let operation = due.operation.clone().unwrap_or_default();
         let mut run = RunOnce::for_handed(
             &self.client,
@@ -282,7 +285,7 @@ impl Worker {
             .cloned();
         let kind = operation_kind(&operation.operation_key).to_owned();
         let result = run
-            .run_handed(due, move |lease| {
+            .run_handed(due, granted_at, move |lease| {
                 let operation = operation.clone();
                 let handler = handler.clone();
                 let kind = kind.clone();

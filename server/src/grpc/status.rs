@@ -3,22 +3,26 @@
 
 use std::collections::HashMap;
 
-use tonic::{Code, Status};
+use opreg_proto::v1::{ErrorMetadataKey as Key, ErrorReason as Reason};
+use tonic::Status;
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::domain::error::RegistryError;
 
-pub const ERROR_DOMAIN: &str = "opreg";
+pub use opreg_proto::errors::ERROR_DOMAIN;
 
 pub fn to_status(error: &RegistryError) -> Status {
     let mut metadata = HashMap::new();
-    let (code, reason) = match error {
+    let mut put = |key: Key, value: String| {
+        metadata.insert(key.wire_name(), value);
+    };
+    let reason = match error {
         RegistryError::InvalidArgument(_) | RegistryError::Malformed { .. } => {
-            (Code::InvalidArgument, "INVALID_ARGUMENT")
+            Reason::InvalidArgument
         }
         RegistryError::MessageTooLarge { limit } => {
-            metadata.insert("limit".into(), limit.to_string());
-            (Code::ResourceExhausted, "MESSAGE_TOO_LARGE")
+            put(Key::Limit, limit.to_string());
+            Reason::MessageTooLarge
         }
         RegistryError::ParameterConflict {
             stored_digest,
@@ -26,71 +30,69 @@ pub fn to_status(error: &RegistryError) -> Status {
             differing_fields,
             compensates_differs,
         } => {
-            metadata.insert("storedDigest".into(), hex::encode(stored_digest));
-            metadata.insert("requestDigest".into(), hex::encode(request_digest));
+            put(Key::StoredDigest, hex::encode(stored_digest));
+            put(Key::RequestDigest, hex::encode(request_digest));
             let (fields, truncated) = bounded_list(differing_fields);
-            metadata.insert("differingFields".into(), fields);
+            put(Key::DifferingFields, fields);
             if truncated {
-                metadata.insert("differingFieldsTruncated".into(), "true".into());
+                put(Key::DifferingFieldsTruncated, "true".into());
             }
             if *compensates_differs {
-                metadata.insert("conflictingField".into(), "compensates".into());
+                put(Key::ConflictingField, "compensates".into());
             }
-            (Code::AlreadyExists, "PARAMETER_CONFLICT")
+            Reason::ParameterConflict
         }
         RegistryError::StaleFencingToken { presented, current } => {
-            metadata.insert("presentedToken".into(), presented.to_string());
-            metadata.insert("currentToken".into(), current.to_string());
-            (Code::Aborted, "STALE_FENCING_TOKEN")
+            put(Key::PresentedToken, presented.to_string());
+            put(Key::CurrentToken, current.to_string());
+            Reason::StaleFencingToken
         }
         RegistryError::AlreadyCompleted { token } => {
-            metadata.insert("fencingToken".into(), token.to_string());
-            (Code::FailedPrecondition, "ALREADY_COMPLETED")
+            put(Key::FencingToken, token.to_string());
+            Reason::AlreadyCompleted
         }
-        RegistryError::LeaseNotHeld => (Code::FailedPrecondition, "LEASE_NOT_HELD"),
-        RegistryError::OriginalOutcomeUnknown => {
-            (Code::FailedPrecondition, "ORIGINAL_OUTCOME_UNKNOWN")
-        }
-        RegistryError::NothingToCompensate => (Code::FailedPrecondition, "NOTHING_TO_COMPENSATE"),
+        RegistryError::LeaseNotHeld => Reason::LeaseNotHeld,
+        RegistryError::OriginalOutcomeUnknown => Reason::OriginalOutcomeUnknown,
+        RegistryError::NothingToCompensate => Reason::NothingToCompensate,
         RegistryError::AlreadyCompensated { by } => {
-            metadata.insert("compensatedBy".into(), by.clone());
-            (Code::FailedPrecondition, "ALREADY_COMPENSATED")
+            put(Key::CompensatedBy, by.clone());
+            Reason::AlreadyCompensated
         }
         RegistryError::InvalidTransition { current, held } => {
-            metadata.insert(
-                "currentStatus".into(),
+            put(
+                Key::CurrentStatus,
                 super::responses::status(*current).as_str_name().into(),
             );
-            metadata.insert("held".into(), held.to_string());
-            (Code::FailedPrecondition, "INVALID_TRANSITION")
+            put(Key::Held, held.to_string());
+            Reason::InvalidTransition
         }
-        RegistryError::Unauthenticated => (Code::Unauthenticated, "UNAUTHENTICATED"),
+        RegistryError::Unauthenticated => Reason::Unauthenticated,
         RegistryError::PermissionDenied {
             principal,
             namespace,
             role,
         } => {
-            metadata.insert("principal".into(), principal.clone());
-            metadata.insert("namespace".into(), namespace.clone());
-            metadata.insert("role".into(), (*role).into());
-            (Code::PermissionDenied, "PERMISSION_DENIED")
+            put(Key::Principal, principal.clone());
+            put(Key::Namespace, namespace.clone());
+            put(Key::Role, (*role).into());
+            Reason::PermissionDenied
         }
-        RegistryError::OperationNotFound => (Code::NotFound, "OPERATION_NOT_FOUND"),
-        RegistryError::ResourceNotFound => (Code::NotFound, "RESOURCE_NOT_FOUND"),
-        RegistryError::StoreUnavailable => (Code::Unavailable, "STORE_UNAVAILABLE"),
-        RegistryError::OperationBusy => (Code::Unavailable, "OPERATION_BUSY"),
-        RegistryError::Overloaded => (Code::Unavailable, "OVERLOADED"),
+        RegistryError::OperationNotFound => Reason::OperationNotFound,
+        RegistryError::ResourceNotFound => Reason::ResourceNotFound,
+        RegistryError::StoreUnavailable => Reason::StoreUnavailable,
+        RegistryError::OperationBusy => Reason::OperationBusy,
+        RegistryError::Overloaded => Reason::Overloaded,
         RegistryError::RateLimited {
             calls_per_second, ..
         } => {
-            metadata.insert("callsPerSecond".into(), calls_per_second.to_string());
-            (Code::ResourceExhausted, "RATE_LIMITED")
+            put(Key::CallsPerSecond, calls_per_second.to_string());
+            Reason::RateLimited
         }
-        RegistryError::DeadlineExceeded => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
-        RegistryError::Internal => (Code::Internal, "INTERNAL"),
+        RegistryError::DeadlineExceeded => Reason::DeadlineExceeded,
+        RegistryError::Internal => Reason::Internal,
     };
     let mut details = ErrorDetails::new();
-    details.set_error_info(reason, ERROR_DOMAIN, metadata);
+    details.set_error_info(reason.wire_name(), ERROR_DOMAIN, metadata);
     if let Some(delay) = retry_delay(error) {
         details.set_retry_info(Some(delay));
     }
@@ -108,7 +110,7 @@ pub fn to_status(error: &RegistryError) -> Status {
         }
         _ => {}
     }
-    Status::with_error_details(code, error.to_string(), details)
+    Status::with_error_details(reason.code(), error.to_string(), details)
 }
 
 /// How long a caller should wait before retrying an UNAVAILABLE answer.
@@ -144,6 +146,69 @@ fn bounded_list(names: &[String]) -> (String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tonic::Code;
+
+    /// Every reason of the contract is what some registry error is sent as,
+    /// with the code the contract gives it: a reason added to errors.proto
+    /// that the server never sends fails here.
+    #[test]
+    fn every_reason_of_the_contract_is_sent() {
+        use crate::domain::operation::Status as Current;
+        let errors = [
+            RegistryError::invalid("field", "why"),
+            RegistryError::MessageTooLarge { limit: 1 },
+            RegistryError::ParameterConflict {
+                stored_digest: vec![1],
+                request_digest: vec![2],
+                differing_fields: vec!["amount".into()],
+                compensates_differs: false,
+            },
+            RegistryError::StaleFencingToken {
+                presented: 1,
+                current: 2,
+            },
+            RegistryError::AlreadyCompleted { token: 1 },
+            RegistryError::LeaseNotHeld,
+            RegistryError::OriginalOutcomeUnknown,
+            RegistryError::NothingToCompensate,
+            RegistryError::AlreadyCompensated { by: "k".into() },
+            RegistryError::InvalidTransition {
+                current: Current::Succeeded,
+                held: false,
+            },
+            RegistryError::Unauthenticated,
+            RegistryError::PermissionDenied {
+                principal: "p".into(),
+                namespace: "n".into(),
+                role: "write",
+            },
+            RegistryError::OperationNotFound,
+            RegistryError::ResourceNotFound,
+            RegistryError::StoreUnavailable,
+            RegistryError::OperationBusy,
+            RegistryError::Overloaded,
+            RegistryError::RateLimited {
+                calls_per_second: 1,
+                retry_after: std::time::Duration::from_secs(1),
+            },
+            RegistryError::DeadlineExceeded,
+            RegistryError::Internal,
+        ];
+        let mut sent = std::collections::BTreeSet::new();
+        for error in &errors {
+            let status = to_status(error);
+            let info = status.get_details_error_info().unwrap();
+            let reason = Reason::from_wire_name(&info.reason).unwrap();
+            assert_eq!(status.code(), reason.code(), "{reason:?}");
+            assert_eq!(info.domain, ERROR_DOMAIN);
+            sent.insert(reason as i32);
+        }
+        let contract: std::collections::BTreeSet<i32> = (1..)
+            .map_while(|n| Reason::try_from(n).ok())
+            .map(|reason| reason as i32)
+            .collect();
+        assert_eq!(sent, contract);
+    }
 
     #[test]
     fn statuses_carry_one_error_info_and_field_violations() {
