@@ -17,19 +17,39 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn main() -> ExitCode {
     let mut config = Config::parse();
-    telemetry::logging::init(config.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("opreg: cannot start the Tokio runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Inside the runtime: the span exporter's channel lives there.
+    let traces = {
+        let _inside = runtime.enter();
+        telemetry::logging::init(config.log_format)
+    };
+    let code = run(&mut config, &runtime);
+    traces.shutdown();
+    code
+}
+
+fn run(config: &mut Config, runtime: &tokio::runtime::Runtime) -> ExitCode {
     if let Err(problem) = config.read_secret_files().and_then(|()| config.validate()) {
         tracing::error!("invalid configuration: {problem}");
         return ExitCode::from(2);
     }
     if config.command == Some(Command::Migrate) {
-        return migrate(&config);
+        return migrate(config, runtime);
     }
     // Started on the main thread, which lives as long as the process:
     // PostgreSQL is signalled to stop when the thread that started it exits.
     let embedded = match &config.database_url {
         Some(_) => None,
-        None => match start_embedded(&config) {
+        None => match start_embedded(config) {
             Ok(embedded) => Some(embedded),
             Err(error) => {
                 tracing::error!("cannot start the embedded PostgreSQL: {error}");
@@ -37,11 +57,7 @@ fn main() -> ExitCode {
             }
         },
     };
-    let outcome = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(BoxError::from)
-        .and_then(|runtime| runtime.block_on(serve(&config, embedded.as_ref())));
+    let outcome = runtime.block_on(serve(config, embedded.as_ref()));
     drop(embedded);
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -53,24 +69,18 @@ fn main() -> ExitCode {
 }
 
 /// `opreg-server migrate`: for deployments that migrate in a separate step.
-fn migrate(config: &Config) -> ExitCode {
+fn migrate(config: &Config, runtime: &tokio::runtime::Runtime) -> ExitCode {
     let Some(url) = &config.database_url else {
         tracing::error!("migrate needs OPREG_DATABASE_URL");
         return ExitCode::from(2);
     };
-    let migrated = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(BoxError::from)
-        .and_then(|runtime| {
-            runtime.block_on(async {
-                let options = parse_url(url)?;
-                let pool = store::connect(options, &config.pool_settings()).await?;
-                store::migrate(&pool, config.session_database()?.as_ref()).await?;
-                pool.close().await;
-                Ok(())
-            })
-        });
+    let migrated: Result<(), BoxError> = runtime.block_on(async {
+        let options = parse_url(url)?;
+        let pool = store::connect(options, &config.pool_settings()).await?;
+        store::migrate(&pool, config.session_database()?.as_ref()).await?;
+        pool.close().await;
+        Ok(())
+    });
     match migrated {
         Ok(()) => {
             tracing::info!("migrations applied");

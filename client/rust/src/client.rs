@@ -22,7 +22,7 @@ pub struct ConnectOptions {
     ca_certificate: Option<Vec<u8>>,
     client_identity: Option<(Vec<u8>, Vec<u8>)>,
     tls_server_name: Option<String>,
-    credentials: Credentials,
+    credentials: CallMetadata,
 }
 
 impl ConnectOptions {
@@ -56,7 +56,7 @@ impl ConnectOptions {
     ) -> Result<Self, tonic::metadata::errors::InvalidMetadataValue> {
         let mut value: MetadataValue<Ascii> = format!("Bearer {key}").parse()?;
         value.set_sensitive(true);
-        self.credentials = Credentials(Some(value));
+        self.credentials = CallMetadata(Some(value));
         Ok(self)
     }
 
@@ -81,18 +81,19 @@ impl ConnectOptions {
     }
 }
 
-/// Adds the API key, when there is one, to every call.
+/// What every call carries: the API key, when there is one, and the caller's
+/// trace context (W3C `traceparent`, `tracestate`) when it has one.
 #[derive(Clone, Default)]
-pub struct Credentials(Option<MetadataValue<Ascii>>);
+pub struct CallMetadata(Option<MetadataValue<Ascii>>);
 
-impl std::fmt::Debug for Credentials {
+impl std::fmt::Debug for CallMetadata {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let shown = if self.0.is_some() { "api key" } else { "none" };
-        f.debug_tuple("Credentials").field(&shown).finish()
+        f.debug_tuple("CallMetadata").field(&shown).finish()
     }
 }
 
-impl Interceptor for Credentials {
+impl Interceptor for CallMetadata {
     fn call(
         &mut self,
         mut request: tonic::Request<()>,
@@ -102,12 +103,13 @@ impl Interceptor for Credentials {
                 .metadata_mut()
                 .insert("authorization", value.clone());
         }
+        crate::trace_context::inject(request.metadata_mut());
         Ok(request)
     }
 }
 
 /// The channel every call of a [`Client`] travels on.
-pub type Transport = InterceptedService<Channel, Credentials>;
+pub type Transport = InterceptedService<Channel, CallMetadata>;
 
 /// A cheap-to-clone opreg client.
 #[derive(Clone, Debug)]
@@ -147,10 +149,10 @@ impl Client {
 
     /// A client over a channel built elsewhere, without an API key.
     pub fn new(channel: Channel) -> Self {
-        Self::with_credentials(channel, Credentials::default())
+        Self::with_credentials(channel, CallMetadata::default())
     }
 
-    fn with_credentials(channel: Channel, credentials: Credentials) -> Self {
+    fn with_credentials(channel: Channel, credentials: CallMetadata) -> Self {
         let transport = InterceptedService::new(channel, credentials);
         Self {
             inner: OperationRegistryClient::new(transport.clone()),

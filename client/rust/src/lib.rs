@@ -14,10 +14,11 @@ mod backoff;
 mod client;
 mod error;
 mod run_once;
+mod trace_context;
 mod worker;
 
 pub use client::{
-    AdminClient, Client, ConnectOptions, Credentials, ERROR_DOMAIN, Transport, error_info,
+    AdminClient, CallMetadata, Client, ConnectOptions, ERROR_DOMAIN, Transport, error_info,
     error_reason,
 };
 pub use error::Error;

@@ -51,6 +51,7 @@ impl From<ExecutionRow> for Execution {
 }
 
 /// The execution started under `fencing_token` for this operation, if any.
+#[tracing::instrument(name = "store.executions.find", skip_all)]
 pub async fn find(
     db: impl PgExecutor<'_>,
     namespace: &Namespace,
@@ -73,6 +74,7 @@ pub async fn find(
 }
 
 /// The whole history of an operation, by attempt and then by token.
+#[tracing::instrument(name = "store.executions.list", skip_all)]
 pub async fn list(
     db: impl PgExecutor<'_>,
     namespace: &Namespace,

@@ -11,7 +11,9 @@ use http_body::{Body, Frame};
 use tower::{Layer, Service};
 use tracing::Instrument;
 
-use super::metrics;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use super::{metrics, traces};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GrpcTelemetryLayer;
@@ -48,11 +50,16 @@ where
         let call = Call::start(request.uri().path());
         let span = tracing::info_span!(
             "rpc",
+            otel.name = %format_args!("{}/{}", call.service, call.method),
+            otel.kind = "server",
+            rpc.system = "grpc",
             rpc.service = %call.service,
             rpc.method = %call.method,
             trace_id = tracing::field::Empty,
             parent_span_id = tracing::field::Empty,
         );
+        // Exported spans (when configured) continue the caller's trace.
+        let _ = span.set_parent(traces::caller_context(request.headers()));
         if let Some(parent) = request
             .headers()
             .get("traceparent")

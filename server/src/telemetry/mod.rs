@@ -1,5 +1,6 @@
 //! What operators see: logs, Prometheus metrics, the gRPC metrics layer, the
-//! periodic gauges read from the database, and the health probe.
+//! periodic gauges read from the database, the health probe, and spans
+//! exported over OTLP when configured.
 
 pub mod gauges;
 pub mod grpc_layer;
@@ -7,3 +8,4 @@ pub mod health;
 pub mod logging;
 pub mod metrics;
 pub mod metrics_http;
+pub mod traces;

@@ -105,6 +105,7 @@ async fn fetch(
 /// Freezes the operation. With `revoke_live_lease` the lease's token is
 /// superseded (its holder's Complete, Renew and FencedWrite are refused) and
 /// the lease ends now; the release will make the outcome unknown.
+#[tracing::instrument(name = "store.admin.hold", skip_all)]
 pub async fn hold(
     db: impl PgExecutor<'_>,
     observed: &Operation,
@@ -124,6 +125,7 @@ pub async fn hold(
 
 /// Ends a hold, into `status`: UNKNOWN after a revoked lease (that execution
 /// may have taken effect), else the status the operation kept while held.
+#[tracing::instrument(name = "store.admin.release", skip_all)]
 pub async fn release(
     db: impl PgExecutor<'_>,
     observed: &Operation,
@@ -152,6 +154,7 @@ pub async fn release(
 
 /// Records the outcome an operator established. A lease, live or not, is
 /// superseded; a hold ends; later Claims replay the resolution.
+#[tracing::instrument(name = "store.admin.resolve", skip_all)]
 pub async fn resolve(
     db: impl PgExecutor<'_>,
     observed: &Operation,
@@ -199,6 +202,7 @@ pub async fn resolve(
 
 /// DEAD → RETRY_SCHEDULED, due now, under a fresh budget counted from the
 /// attempts already spent. Key and parameters stay as they were.
+#[tracing::instrument(name = "store.admin.requeue", skip_all)]
 pub async fn requeue(
     db: impl PgExecutor<'_>,
     observed: &Operation,

@@ -107,6 +107,7 @@ impl<'a> Wanted<'a> {
 /// one original raises instead of vanishing. A compensation (at most one per
 /// statement) also links its original, if that original succeeded and is not
 /// compensated yet; `linked_original` tells.
+#[tracing::instrument(name = "store.operations.register", skip_all)]
 pub async fn register(
     db: impl PgExecutor<'_>,
     claims: &[&ClaimCommand],
@@ -256,6 +257,7 @@ pub async fn register(
 /// Restarts the clock of a first lease whose registration waited on a racing
 /// one (the insert's values are computed before that wait): the lease, the
 /// creation time and the deadline count from now.
+#[tracing::instrument(name = "store.operations.restart_first_lease", skip_all)]
 pub async fn restart_first_lease(
     db: impl PgExecutor<'_>,
     registered: &Operation,
@@ -312,6 +314,7 @@ macro_rules! still_as_observed {
 /// for each, a new lease, and a history row. The execution of each replaced
 /// token, if it never reported, is marked superseded. Operations that moved
 /// since they were observed are left out of the result.
+#[tracing::instrument(name = "store.operations.start_executions", skip_all)]
 pub async fn start_executions(
     db: impl PgExecutor<'_>,
     observed: &[&Operation],
@@ -379,6 +382,7 @@ pub async fn start_executions(
 /// Marks operations DEAD because their next attempt would exceed the budget
 /// or the deadline. Operations that moved since they were observed are left
 /// out of the result.
+#[tracing::instrument(name = "store.operations.exhaust", skip_all)]
 pub async fn exhaust(
     db: impl PgExecutor<'_>,
     observed: &[&Operation],
@@ -436,6 +440,7 @@ pub async fn exhaust(
 /// execution that token started is finished, and the operation moves only if
 /// that execution did. `None` when the token is not the current lease (or its
 /// execution is already finished); nothing is written then.
+#[tracing::instrument(name = "store.operations.record_outcome", skip_all)]
 pub async fn record_outcome(
     db: impl PgExecutor<'_>,
     namespace: &Namespace,
@@ -570,6 +575,7 @@ impl<'a> OutcomeColumns<'a> {
 }
 
 /// Extends the lease of its current holder, unless an operator holds the operation.
+#[tracing::instrument(name = "store.operations.renew", skip_all)]
 pub async fn renew(
     db: impl PgExecutor<'_>,
     namespace: &Namespace,
@@ -625,6 +631,7 @@ pub const DEAD_COUNT_CAP: i64 = 10_000;
 /// work from the due index, held operations from theirs, and DEAD per
 /// namespace (found by a loose index scan) up to [`DEAD_COUNT_CAP`], so the
 /// query stays bounded however many finished or dead rows accumulate.
+#[tracing::instrument(name = "store.operations.backlog", skip_all)]
 pub async fn backlog(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<BacklogRow>> {
     let _timer = QueryTimer::start("operations_backlog");
     sqlx::query_as(
