@@ -701,7 +701,7 @@ fn retryable(
 const COMPLETE_ATTEMPTS: u32 = 3;
 
 /// Bounds claiming, waiting and retrying unless the caller says otherwise.
-const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);
 
 /// A lease as Claim or ClaimDue handed it out, and when that call was sent.
 struct Granted {

@@ -27,7 +27,9 @@ use crate::backoff::{full_jitter, spread};
 use crate::client::Client;
 use crate::error::Error;
 use crate::proto::{self as pb, ClaimOutcome};
-use crate::run_once::{LeaseHandle, RunError, RunOnce, Success, Verdict, WorkError};
+use crate::run_once::{
+    DEFAULT_DEADLINE, LeaseHandle, RunError, RunOnce, Success, Verdict, WorkError,
+};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 type Handler =
@@ -109,7 +111,7 @@ impl Worker {
             max_in_flight: 10,
             poll_interval: Duration::from_secs(1),
             lease_ttl: Duration::from_secs(30),
-            operation_deadline: Duration::from_secs(300),
+            operation_deadline: DEFAULT_DEADLINE,
             grace: Duration::from_secs(20),
         }
     }
