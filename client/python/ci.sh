@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # CI for the Python client: a virtualenv in client/python/.venv, the package and
-# its test dependencies, the generated-code check, then pytest against a real
-# opreg-server ($OPREG_SERVER_BIN, default <repo>/target/debug/opreg-server,
-# which must already be built; it needs PostgreSQL's server binaries).
+# its test dependencies, the generated-code check, mypy --strict and ruff, the
+# package as users install it (scripts/check-package.sh: fresh venvs from the
+# source tree and from the built wheel), then pytest against a real opreg-server
+# ($OPREG_SERVER_BIN, default <repo>/target/debug/opreg-server, which must
+# already be built; it needs PostgreSQL's server binaries) and, for the
+# conformance scenarios, opreg-fault-proxy ($OPREG_FAULT_PROXY_BIN, default
+# <repo>/target/debug/opreg-fault-proxy).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
@@ -33,28 +37,21 @@ py="$venv/bin/python"
 step "install"
 # Editable: the tests (and anyone running pytest here later) use the working tree.
 "$py" -m pip install --quiet --disable-pip-version-check \
-  -r requirements-generate.txt -r requirements-test.txt -e .
-"$py" -m pip list --disable-pip-version-check 2>/dev/null | grep -Ei '^(opreg|grpcio|grpcio-status|grpcio-tools|protobuf|googleapis-common-protos|pytest|pytest-asyncio) '
+  -r requirements-generate.txt -r requirements-test.txt -e '.[otel]'
+"$py" -m pip list --disable-pip-version-check 2>/dev/null | grep -Ei '^(opreg|grpcio|grpcio-status|grpcio-tools|protobuf|googleapis-common-protos|pytest|pytest-asyncio|opentelemetry-api|opentelemetry-sdk|mypy|ruff|build) '
 
 step "generated code is up to date"
 PYTHON="$py" scripts/generate.sh --check
 
-step "the wheel carries the generated code and the type markers"
-wheels="$(mktemp -d)"
-trap 'rm -rf "$wheels"' EXIT
-"$py" -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir "$wheels" . 2>/dev/null
-"$py" - "$wheels"/opreg-*.whl <<'PY'
-import sys, zipfile
-names = set(zipfile.ZipFile(sys.argv[1]).namelist())
-need = {"opreg/py.typed", "opreg/_gen/v1/registry_pb2.py", "opreg/_gen/v1/registry_pb2.pyi",
-        "opreg/_gen/v1/registry_pb2_grpc.py", "opreg/_gen/v1/admin_pb2.py", "opreg/_gen/v1/admin_pb2.pyi",
-        "opreg/_gen/v1/admin_pb2_grpc.py", "opreg/client.py", "opreg/aio.py", "opreg/digest.py",
-        "opreg/_worker.py"}
-missing = sorted(need - names)
-if missing:
-    sys.exit(f"wheel lacks {missing}")
-print(f"{sys.argv[1].rsplit('/', 1)[-1]}: {len(names)} files, generated code and py.typed included")
-PY
+step "mypy --strict (src/opreg, the generated code excluded)"
+"$py" -m mypy --cache-dir "$venv/.mypy_cache" src/opreg
+
+step "ruff check and ruff format --check"
+RUFF_CACHE_DIR="$venv/.ruff_cache" "$py" -m ruff check --no-fix src tests examples scripts
+RUFF_CACHE_DIR="$venv/.ruff_cache" "$py" -m ruff format --check src tests examples scripts
+
+step "the package: version = VERSION, sdist and wheel, fresh installs running examples/quickstart.py"
+PYTHON="$python" BUILD_PYTHON="$py" scripts/check-package.sh
 
 step "pytest"
 set +e

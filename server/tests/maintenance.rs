@@ -306,18 +306,6 @@ struct Replica {
     metrics: std::net::SocketAddr,
 }
 
-fn database_url(options: &PgConnectOptions) -> String {
-    let socket = options
-        .get_socket()
-        .expect("the test database is on a socket");
-    format!(
-        "postgres://{}@localhost/{}?host={}",
-        options.get_username(),
-        options.get_database().unwrap(),
-        socket.display()
-    )
-}
-
 async fn replica(options: &PgConnectOptions) -> Replica {
     let metrics: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let listen = format!("127.0.0.1:{}", free_port());

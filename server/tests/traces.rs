@@ -61,18 +61,6 @@ async fn start_collector() -> (Collector, std::net::SocketAddr) {
     (collector, addr)
 }
 
-fn database_url(options: &sqlx::postgres::PgConnectOptions) -> String {
-    let socket = options
-        .get_socket()
-        .expect("the test database is on a socket");
-    format!(
-        "postgres://{}@localhost/{}?host={}",
-        options.get_username(),
-        options.get_database().unwrap(),
-        socket.display()
-    )
-}
-
 #[tokio::test]
 async fn the_server_exports_its_spans_under_the_callers_trace() {
     let app = spawn_app().await;

@@ -8,9 +8,9 @@ from typing import Any
 
 import grpc
 import pytest
+from conftest import PARAMS, dead, retry_due_soon, succeeded, unknown_outcome
 
 import opreg
-from conftest import PARAMS, dead, retry_due_soon, succeeded, unknown_outcome
 from opreg import pb
 
 WHO: dict[str, Any] = {"operator": "alice", "reason": "ticket OPS-1"}
@@ -20,8 +20,7 @@ def audit(client: opreg.Client, ns: str, key: str) -> list[tuple[int, str, str, 
     """(action, operator, reason, status_before, status_after, held_before, held_after) of every audit entry."""
     entries = client.lookup(ns, key, include_audit=True).audit
     return [
-        (e.action, e.operator, e.reason, e.status_before, e.status_after, e.held_before, e.held_after)
-        for e in entries
+        (e.action, e.operator, e.reason, e.status_before, e.status_after, e.held_before, e.held_after) for e in entries
     ]
 
 
@@ -50,10 +49,24 @@ def test_hold_answers_held_then_release_restores(client: opreg.Client, ns: str) 
     assert released.audit.action == pb.ADMIN_ACTION_RELEASE
     assert client.claim(ns, "debit:1", owner="worker", parameters=PARAMS).outcome == pb.CLAIM_OUTCOME_ACQUIRED
     assert audit(client, ns, "debit:1") == [
-        (pb.ADMIN_ACTION_HOLD, "alice", "ticket OPS-1", pb.OPERATION_STATUS_RETRY_SCHEDULED,
-         pb.OPERATION_STATUS_RETRY_SCHEDULED, False, True),
-        (pb.ADMIN_ACTION_RELEASE, "bob", "checked", pb.OPERATION_STATUS_RETRY_SCHEDULED,
-         pb.OPERATION_STATUS_RETRY_SCHEDULED, True, False),
+        (
+            pb.ADMIN_ACTION_HOLD,
+            "alice",
+            "ticket OPS-1",
+            pb.OPERATION_STATUS_RETRY_SCHEDULED,
+            pb.OPERATION_STATUS_RETRY_SCHEDULED,
+            False,
+            True,
+        ),
+        (
+            pb.ADMIN_ACTION_RELEASE,
+            "bob",
+            "checked",
+            pb.OPERATION_STATUS_RETRY_SCHEDULED,
+            pb.OPERATION_STATUS_RETRY_SCHEDULED,
+            True,
+            False,
+        ),
     ]
 
 
@@ -102,9 +115,7 @@ def test_resolve_records_the_real_outcome(client: opreg.Client, ns: str) -> None
 def test_requeue_of_a_dead_operation(client: opreg.Client, ns: str) -> None:
     dead(client, ns, "debit:3")
     policy = opreg.retry_policy(max_attempts=2, initial_backoff=0.1, max_backoff=1, deadline=3600)
-    requeued = client.requeue_operation(
-        ns, "debit:3", **WHO, revision="account unblocked", retry_policy=policy
-    )
+    requeued = client.requeue_operation(ns, "debit:3", **WHO, revision="account unblocked", retry_policy=policy)
     assert requeued.operation.status == pb.OPERATION_STATUS_RETRY_SCHEDULED
     assert (requeued.audit.action, requeued.audit.revision) == (pb.ADMIN_ACTION_REQUEUE, "account unblocked")
     assert requeued.audit.status_before == pb.OPERATION_STATUS_DEAD

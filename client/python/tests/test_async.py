@@ -7,9 +7,9 @@ import time
 
 import grpc
 import pytest
+from conftest import free_port
 
 import opreg
-from conftest import free_port
 from opreg import pb
 
 PARAMS = {"account": "A", "amount": 100}

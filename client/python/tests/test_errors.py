@@ -10,6 +10,7 @@ helpers' waits on errors raised by a client that answers that status."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from collections.abc import Sequence
@@ -17,11 +18,11 @@ from typing import Any
 
 import grpc
 import pytest
+from conftest import retry_due_soon
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 import opreg
-from conftest import retry_due_soon
 from opreg import _run, pb
 
 PARAMS = {"account": "A", "amount": 100}
@@ -196,7 +197,7 @@ def test_run_once_waits_the_retry_delay_of_operation_busy(address: str, ns: str)
     finally:
         client.close()
     assert result.value == b"ok" and len(client.claims) == 3
-    gaps = [later - earlier for earlier, later in zip(client.claims, client.claims[1:])]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(client.claims)]
     assert all(0.3 <= gap < 1.5 for gap in gaps), gaps
 
 
@@ -237,7 +238,9 @@ def test_a_retry_delay_past_the_deadline_ends_in_deadline_exceeded(address: str,
     started = time.monotonic()
     try:
         with pytest.raises(opreg.DeadlineExceeded) as caught:
-            client.run_once(ns, "busy-long", PARAMS, lambda lease: b"never", deadline=1, transport_backoff=(0.001, 0.002))
+            client.run_once(
+                ns, "busy-long", PARAMS, lambda lease: b"never", deadline=1, transport_backoff=(0.001, 0.002)
+            )
     finally:
         client.close()
     assert time.monotonic() - started < 2.5  # the 5 s delay was cut at the deadline
@@ -266,7 +269,7 @@ async def test_async_run_once_waits_the_retry_delay(address: str, ns: str) -> No
     finally:
         await client.close()
     assert result.value == b"ok" and len(client.claims) == 3
-    gaps = [later - earlier for earlier, later in zip(client.claims, client.claims[1:])]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(client.claims)]
     assert all(0.3 <= gap < 1.5 for gap in gaps), gaps
 
 
@@ -304,7 +307,7 @@ def test_the_worker_waits_the_retry_delay_after_a_busy_claim_due(client: opreg.C
         busy_client.close()
     stamps = busy_client.claim_dues
     assert len(stamps) >= 3
-    assert all(0.3 <= later - earlier < 1.5 for earlier, later in zip(stamps[:2], stamps[1:3]))
+    assert all(0.3 <= later - earlier < 1.5 for earlier, later in itertools.pairwise(stamps[:3]))
 
 
 # -- MESSAGE_TOO_LARGE on the real server ----------------------------------------

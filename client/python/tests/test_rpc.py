@@ -91,7 +91,7 @@ def test_batch_claim_and_batch_complete_answer_each_item_in_request_order(client
     completed = client.batch_complete(
         [
             {"namespace": ns, "operation_key": key, "fencing_token": token, "outcome": opreg.Success()}
-            for key, token in zip(["a", "b"], tokens)
+            for key, token in zip(["a", "b"], tokens, strict=True)
         ]
     )
     assert [r.completed.operation.status for r in completed.results] == [pb.OPERATION_STATUS_SUCCEEDED] * 2

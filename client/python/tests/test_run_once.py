@@ -211,8 +211,10 @@ def test_unknown_outcome_across_runs_not_applied_then_work(client: opreg.Client,
     def unconfirmed(lease: opreg.Lease) -> bytes:
         raise opreg.SentButUnconfirmed("psp-9")
 
-    with pytest.raises(opreg.SentButUnconfirmed):
-        client.run_once(ns, "pay", PARAMS, unconfirmed, retry_transient=False)
+    with pytest.raises(opreg.OutcomeUnknown) as unknown:
+        client.run_once(ns, "pay", PARAMS, unconfirmed)  # no reconcile callback: recorded, then raised
+    assert unknown.value.remote_ref == "psp-9" and isinstance(unknown.value.__cause__, opreg.SentButUnconfirmed)
+    assert unknown.value.operation.status == pb.OPERATION_STATUS_UNKNOWN
     looked = client.lookup(ns, "pay")
     assert looked.operation.status == pb.OPERATION_STATUS_UNKNOWN and looked.operation.remote_ref == "psp-9"
 

@@ -4,7 +4,6 @@ lease handed back without a callback, and the renewal expiry margin."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -49,8 +48,8 @@ def unknown_outcome(client: opreg.Client, ns: str, key: str, remote_ref: str) ->
     def unconfirmed(lease: opreg.Lease) -> bytes:
         raise opreg.SentButUnconfirmed(remote_ref)
 
-    with pytest.raises(opreg.SentButUnconfirmed):
-        client.run_once(ns, key, PARAMS, unconfirmed, retry_transient=False)
+    with pytest.raises(opreg.OutcomeUnknown):
+        client.run_once(ns, key, PARAMS, unconfirmed)
 
 
 # -- 1. Complete past the deadline, renewed while retried ----------------------
@@ -68,7 +67,15 @@ def test_late_work_is_completed_past_the_deadline_and_renewed_meanwhile(address:
 
     try:
         with ThreadPoolExecutor(1) as pool:
-            future = pool.submit(client.run_once, ns, "late", PARAMS, work, lease_ttl=1, deadline=0.5, rpc_timeout=2,
+            future = pool.submit(
+                client.run_once,
+                ns,
+                "late",
+                PARAMS,
+                work,
+                lease_ttl=1,
+                deadline=0.5,
+                rpc_timeout=2,
                 transport_backoff=(0.05, 0.3),
             )
             assert finished.wait(10)
@@ -89,7 +96,12 @@ def test_complete_that_cannot_be_recorded_says_so(address: str, ns: str) -> None
         started = time.monotonic()
         with pytest.raises(opreg.OutcomeNotRecorded) as caught:
             client.run_once(
-                ns, "unrecorded", PARAMS, lambda lease: b"done", deadline=0.5, rpc_timeout=0.3,
+                ns,
+                "unrecorded",
+                PARAMS,
+                lambda lease: b"done",
+                deadline=0.5,
+                rpc_timeout=0.3,
                 transport_backoff=(0.02, 0.1),
             )
         elapsed = time.monotonic() - started
@@ -130,8 +142,15 @@ def test_lease_lost_during_reconcile_raises_lease_lost_and_work_never_runs(
 
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(
-            client.run_once, ns, "rec-lost", PARAMS, lambda lease: work_calls.append(1) or b"x",
-            reconcile=reconcile, owner="worker-a", lease_ttl=1, renew_interval=3.0,
+            client.run_once,
+            ns,
+            "rec-lost",
+            PARAMS,
+            lambda lease: work_calls.append(1) or b"x",
+            reconcile=reconcile,
+            owner="worker-a",
+            lease_ttl=1,
+            renew_interval=3.0,
         )
         assert started.wait(10)
         time.sleep(1.4)

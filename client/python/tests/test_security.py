@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import Server, run_server
 
 import opreg
-from conftest import Server, run_server
 
 API_KEY = "py-secret-key"
 IDENTITY = "spiffe://opreg.test/py-reader"
@@ -27,17 +27,62 @@ def _openssl(*args: str, cwd: Path) -> None:
 def _issue(directory: Path, name: str, subject_alt_name: str) -> None:
     """``name.pem`` and ``name.key``, signed by the CA in ``directory``."""
     (directory / f"{name}.ext").write_text(f"subjectAltName={subject_alt_name}\n")
-    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-             "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=directory)
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-CAcreateserial", "-days", "1", "-extfile", f"{name}.ext", "-out", f"{name}.pem", cwd=directory)
+    _openssl(
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.csr",
+        "-subj",
+        f"/CN={name}",
+        cwd=directory,
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        f"{name}.ext",
+        "-out",
+        f"{name}.pem",
+        cwd=directory,
+    )
 
 
 def _secured(directory: Path) -> dict[str, str]:
     pki = directory / "pki"
     pki.mkdir()
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-             "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=opreg pytest CA", cwd=pki)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=opreg pytest CA",
+        cwd=pki,
+    )
     _issue(pki, "server", "DNS:localhost,IP:127.0.0.1")
     _issue(pki, "client", f"URI:{IDENTITY}")
     policy = directory / "policy.toml"

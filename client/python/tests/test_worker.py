@@ -16,9 +16,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from conftest import PARAMS, abandoned_lease, free_port, retry_due_soon, unknown_outcome, wait_for
 
 import opreg
-from conftest import PARAMS, abandoned_lease, free_port, retry_due_soon, unknown_outcome, wait_for
 from opreg import pb
 
 FAST: dict[str, Any] = {"poll_interval": 0.1}

@@ -346,9 +346,11 @@ impl RunOnce {
                     });
                 }
                 ClaimOutcome::InProgress | ClaimOutcome::RetryLater => {
-                    let wait = claimed
-                        .retry_after
-                        .map_or(Duration::from_millis(100), std_duration);
+                    let mut wait = claimed.retry_after.map_or(POLL_INTERVAL, std_duration);
+                    // The holder may finish before its lease ends.
+                    if claimed.outcome() == ClaimOutcome::InProgress {
+                        wait = wait.min(POLL_INTERVAL);
+                    }
                     if !sleep_within(spread(wait.max(Duration::from_millis(10))), deadline).await {
                         return Err(RunError::DeadlineExceeded);
                     }
@@ -617,14 +619,18 @@ impl RunOnce {
             .rfind(|e| e.fencing_token == token)
             .map(pb::Execution::outcome);
         match (ours, found.operation) {
-            (Some(ExecutionOutcome::Superseded), _) => Err(RunError::LeaseLost),
+            // Taken over, or revoked by an operator: no report is ours to make.
+            (Some(ExecutionOutcome::Superseded | ExecutionOutcome::Revoked), _) => {
+                Err(RunError::LeaseLost)
+            }
             (Some(outcome), Some(operation)) if outcome == reported => Ok(operation),
             _ => Err(unrecorded()),
         }
     }
 
     /// Calls until it succeeds, a non-transient error comes back, or the
-    /// deadline passes; the answer, and when the call that got it was sent.
+    /// deadline passes; the answer, and when the first attempt was sent: a
+    /// Claim whose answer was lost resumes the lease that attempt was granted.
     async fn retrying<T, F, Fut>(
         &self,
         deadline: Instant,
@@ -634,12 +640,12 @@ impl RunOnce {
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
+        let sent = Instant::now();
         for attempt in 0.. {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
                 break;
             }
-            let sent = Instant::now();
             let asked = match tokio::time::timeout(
                 remaining.min(self.call_timeout),
                 call(self.client.clone()),
@@ -699,6 +705,9 @@ fn retryable(
 
 /// How many call timeouts Complete may still use once the overall deadline passed.
 const COMPLETE_ATTEMPTS: u32 = 3;
+
+/// How often an operation another execution holds is claimed again, at most.
+const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Bounds claiming, waiting and retrying unless the caller says otherwise.
 pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);

@@ -1,6 +1,7 @@
 // Thin promise wrappers over the generated grpc-js stubs (OperationRegistry and
 // OperationAdmin, on one channel): one method per RPC, each with an optional
-// AbortSignal and deadline, failing with typed errors.
+// AbortSignal and deadline, failing with typed errors, carrying the active
+// OpenTelemetry trace context when @opentelemetry/api is installed.
 import {
   credentials as grpcCredentials,
   Metadata,
@@ -54,6 +55,7 @@ import { runOnce, type RunOnceOptions, type RunOnceResult, type Work } from "./r
 import { runWorker, type WorkerOptions } from "./worker";
 import type { JsonObject } from "./digest";
 import { abortReason } from "./time";
+import { injectTraceContext } from "./tracing";
 
 /** Per-call options of every wrapper. */
 export interface CallOptions {
@@ -320,6 +322,7 @@ export class OpregClient {
       let onAbort: (() => void) | undefined;
       const metadata = new Metadata();
       if (this.authorization !== undefined) metadata.set("authorization", this.authorization);
+      injectTraceContext(metadata);
       const call = method.call(stub, request, metadata, callOptions, (error, response) => {
         if (onAbort !== undefined) signal?.removeEventListener("abort", onAbort);
         if (error === null) resolve(response);

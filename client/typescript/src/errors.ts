@@ -1,13 +1,73 @@
 // Typed errors. Every opreg error is a gRPC status carrying exactly one
 // google.rpc.ErrorInfo (domain "opreg"); `fromServiceError` turns it into one
 // of the classes below, all extending OpregError. `transient` ones (UNAVAILABLE,
-// DEADLINE_EXCEEDED, OPERATION_BUSY, a server's "Timeout expired") are retried
-// by runOnce and the worker, never sooner than a google.rpc.RetryInfo asks
-// (`retryDelayMs`); nothing else is.
+// DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED / RATE_LIMITED, a server's "Timeout
+// expired") are retried by runOnce and the worker, never sooner than a
+// google.rpc.RetryInfo asks (`retryDelayMs`); nothing else is.
+//
+// The vocabulary is the contract's (proto/opreg/v1/errors.proto): a reason is
+// an ErrorReason name without "ERROR_REASON_", a metadata key an
+// ErrorMetadataKey name without "ERROR_METADATA_KEY_" in lowerCamelCase. The
+// reason -> class table below is typed over every ErrorReason, so a reason added
+// to the contract does not compile until it is mapped here.
 import { Metadata, status as GrpcStatus, type ServiceError } from "@grpc/grpc-js";
 
+import {
+  ErrorMetadataKey,
+  ErrorReason,
+  errorMetadataKeyToJSON,
+  errorReasonFromJSON,
+  errorReasonToJSON,
+} from "./gen/opreg/v1/errors";
 import { OperationStatus, operationStatusFromJSON, type Operation } from "./gen/opreg/v1/registry";
 import { decodeRpcStatus, type ErrorInfo, type FieldViolation } from "./rpcStatus";
+
+export { ErrorMetadataKey, ErrorReason };
+
+/** Every ErrorReason a server may send (all but UNSPECIFIED and the generator's UNRECOGNIZED). */
+export type KnownErrorReason = Exclude<ErrorReason, ErrorReason.ERROR_REASON_UNSPECIFIED | ErrorReason.UNRECOGNIZED>;
+/** Every ErrorMetadataKey (all but UNSPECIFIED and UNRECOGNIZED). */
+export type KnownErrorMetadataKey = Exclude<
+  ErrorMetadataKey,
+  ErrorMetadataKey.ERROR_METADATA_KEY_UNSPECIFIED | ErrorMetadataKey.UNRECOGNIZED
+>;
+
+const REASON_PREFIX = "ERROR_REASON_";
+const METADATA_KEY_PREFIX = "ERROR_METADATA_KEY_";
+
+/** The `ErrorInfo.reason` string of `reason`: "PARAMETER_CONFLICT" for ERROR_REASON_PARAMETER_CONFLICT. */
+export function reasonName(reason: KnownErrorReason): string {
+  return errorReasonToJSON(reason).slice(REASON_PREFIX.length);
+}
+
+/** The ErrorReason an `ErrorInfo.reason` string names; undefined for none or one this client does not know. */
+export function errorReasonOf(reason: string | undefined): KnownErrorReason | undefined {
+  if (reason === undefined || reason === "") return undefined;
+  const value = errorReasonFromJSON(REASON_PREFIX + reason);
+  if (value === ErrorReason.ERROR_REASON_UNSPECIFIED || value === ErrorReason.UNRECOGNIZED) return undefined;
+  return value;
+}
+
+/** The `ErrorInfo.metadata` key of `key`: "storedDigest" for ERROR_METADATA_KEY_STORED_DIGEST. */
+export function metadataKeyName(key: KnownErrorMetadataKey): string {
+  return errorMetadataKeyToJSON(key)
+    .slice(METADATA_KEY_PREFIX.length)
+    .toLowerCase()
+    .replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
+}
+
+/**
+ * The `reason` of the errors runOnce and the worker raise themselves: not
+ * ErrorReason values, never sent by a server (a caller can tell them apart from
+ * the contract's reasons: `errorReason` is undefined for them).
+ */
+export const HelperReason = {
+  DEAD: "DEAD",
+  HELD: "HELD",
+  RECONCILE_REQUIRED: "RECONCILE_REQUIRED",
+  OUTCOME_UNKNOWN: "OUTCOME_UNKNOWN",
+  OUTCOME_NOT_RECORDED: "OUTCOME_NOT_RECORDED",
+} as const;
 
 export const ERROR_DOMAIN = "opreg";
 export const STATUS_DETAILS_KEY = "grpc-status-details-bin";
@@ -48,6 +108,8 @@ export class OpregError extends Error {
   readonly code: number;
   /** `ErrorInfo.reason`, e.g. "PARAMETER_CONFLICT"; undefined for transport errors. */
   readonly reason: string | undefined;
+  /** `reason` as the contract's ErrorReason; undefined without one, or for a reason this client does not know. */
+  readonly errorReason: KnownErrorReason | undefined;
   /** `ErrorInfo.metadata` (empty when there was none). */
   readonly metadata: Readonly<Record<string, string>>;
   readonly errorInfo: ErrorInfo | undefined;
@@ -63,9 +125,16 @@ export class OpregError extends Error {
     this.name = new.target.name;
     this.code = init.code;
     this.reason = init.reason ?? init.errorInfo?.reason;
+    this.errorReason = errorReasonOf(this.reason);
     this.errorInfo = init.errorInfo;
     this.metadata = init.errorInfo?.metadata ?? {};
     this.retryDelayMs = init.retryDelayMs;
+  }
+
+  /** The `ErrorInfo.metadata` value under `key`; undefined when the server sent none. */
+  metadataValue(key: KnownErrorMetadataKey): string | undefined {
+    const name = metadataKeyName(key);
+    return Object.hasOwn(this.metadata, name) ? this.metadata[name] : undefined;
   }
 
   /**
@@ -77,7 +146,7 @@ export class OpregError extends Error {
   get transient(): boolean {
     return (
       this.code === GrpcStatus.UNAVAILABLE ||
-      this.reason === "RATE_LIMITED" ||
+      this.errorReason === ErrorReason.ERROR_REASON_RATE_LIMITED ||
       this.code === GrpcStatus.DEADLINE_EXCEEDED ||
       isServerTimeout(this.code, this.message)
     );
@@ -93,14 +162,17 @@ export class ParameterConflictError extends OpregError {
   readonly requestDigest: string;
   /** "compensates" when the conflict is a different `compensates`. */
   readonly conflictingField: string | undefined;
+  /** True when the server cut `differingFields` short. */
+  readonly differingFieldsTruncated: boolean;
 
   constructor(init: OpregErrorInit) {
     super(init);
-    const fields = this.metadata["differingFields"] ?? "";
+    const fields = this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_DIFFERING_FIELDS) ?? "";
     this.differingFields = fields === "" ? [] : fields.split(",");
-    this.storedDigest = this.metadata["storedDigest"] ?? "";
-    this.requestDigest = this.metadata["requestDigest"] ?? "";
-    this.conflictingField = this.metadata["conflictingField"];
+    this.differingFieldsTruncated = this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_DIFFERING_FIELDS_TRUNCATED) === "true";
+    this.storedDigest = this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_STORED_DIGEST) ?? "";
+    this.requestDigest = this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_REQUEST_DIGEST) ?? "";
+    this.conflictingField = this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_CONFLICTING_FIELD);
   }
 }
 
@@ -116,8 +188,8 @@ export class StaleFencingTokenError extends OpregError {
 
   constructor(init: OpregErrorInit) {
     super(init);
-    this.presentedToken = bigintOf(this.metadata["presentedToken"]);
-    this.currentToken = bigintOf(this.metadata["currentToken"]);
+    this.presentedToken = bigintOf(this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_PRESENTED_TOKEN));
+    this.currentToken = bigintOf(this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_CURRENT_TOKEN));
   }
 }
 
@@ -127,7 +199,7 @@ export class AlreadyCompletedError extends OpregError {
 
   constructor(init: OpregErrorInit) {
     super(init);
-    this.fencingToken = bigintOf(this.metadata["fencingToken"]);
+    this.fencingToken = bigintOf(this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_FENCING_TOKEN));
   }
 }
 
@@ -146,7 +218,7 @@ export class AlreadyCompensatedError extends CompensationError {
 
   constructor(init: OpregErrorInit) {
     super(init);
-    this.compensatedBy = this.metadata["compensatedBy"];
+    this.compensatedBy = this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_COMPENSATED_BY);
   }
 }
 
@@ -162,8 +234,8 @@ export class InvalidTransitionError extends OpregError {
 
   constructor(init: OpregErrorInit) {
     super(init);
-    this.currentStatus = statusOf(this.metadata["currentStatus"]);
-    const held = this.metadata["held"];
+    this.currentStatus = statusOf(this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_CURRENT_STATUS));
+    const held = this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_HELD);
     this.held = held === "true" ? true : held === "false" ? false : undefined;
   }
 }
@@ -220,7 +292,7 @@ export class MessageTooLargeError extends OpregError {
 
   constructor(init: OpregErrorInit) {
     super(init);
-    const limit = this.metadata["limit"];
+    const limit = this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_LIMIT);
     this.limit = limit !== undefined && /^\d+$/.test(limit) ? Number(limit) : undefined;
   }
 }
@@ -236,7 +308,7 @@ export class RateLimitedError extends UnavailableError {
 
   constructor(init: OpregErrorInit) {
     super(init);
-    const limit = this.metadata["callsPerSecond"];
+    const limit = this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_CALLS_PER_SECOND);
     this.callsPerSecond = limit !== undefined && /^\d+$/.test(limit) ? Number(limit) : undefined;
   }
 }
@@ -256,9 +328,9 @@ export class PermissionDeniedError extends OpregError {
 
   constructor(init: OpregErrorInit) {
     super(init);
-    this.principal = this.metadata["principal"] ?? "";
-    this.namespace = this.metadata["namespace"] ?? "";
-    this.role = this.metadata["role"] ?? "";
+    this.principal = this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_PRINCIPAL) ?? "";
+    this.namespace = this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_NAMESPACE) ?? "";
+    this.role = this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_ROLE) ?? "";
   }
 }
 
@@ -268,9 +340,11 @@ export class InternalError extends OpregError {}
 // ---- raised by runOnce, not by the server ----
 
 /**
- * The lease was lost while the work ran (a renewal or the Complete was refused with
- * STALE_FENCING_TOKEN or LEASE_NOT_HELD). The work's outcome was not reported; the
- * operation belongs to whoever took over.
+ * The lease was lost while the work ran: a renewal was refused (with any
+ * non-transient error), no renewal succeeded before the local expiry, Complete
+ * was refused with STALE_FENCING_TOKEN or LEASE_NOT_HELD, or a Lookup in doubt
+ * found our execution SUPERSEDED. The work's outcome was not reported under it;
+ * the operation belongs to whoever took over. `cause` says why.
  */
 export class LeaseLostError extends OpregError {
   readonly fencingToken: bigint;
@@ -289,9 +363,10 @@ export class LeaseLostError extends OpregError {
 
 /**
  * The work finished (or reconcile decided) but its report could not be recorded
- * with Complete, nor found recorded by a Lookup of the execution holding
- * `fencingToken`: the lease will lapse and the operation may run again.
- * `cause` is the last Complete error; `report` says what was to be recorded.
+ * with Complete, nor found recorded, with exactly that outcome, by a Lookup of
+ * the execution holding `fencingToken`: the lease will lapse and the operation
+ * will be claimed again (a retry, or a takeover). `cause` is the last Complete
+ * error; `report` says what was to be recorded.
  */
 export class OutcomeNotRecordedError extends OpregError {
   readonly fencingToken: bigint;
@@ -302,7 +377,7 @@ export class OutcomeNotRecordedError extends OpregError {
     super({
       message: `the work finished but its outcome (${report}) was not recorded for fencing token ${fencingToken}: ${why}`,
       code: GrpcStatus.UNKNOWN,
-      reason: "OUTCOME_NOT_RECORDED",
+      reason: HelperReason.OUTCOME_NOT_RECORDED,
       cause,
     });
     this.fencingToken = fencingToken;
@@ -318,7 +393,7 @@ export class OperationDeadError extends OpregError {
     super({
       message: `operation ${operation?.namespace}/${operation?.operationKey} is DEAD: retry budget exhausted`,
       code: GrpcStatus.FAILED_PRECONDITION,
-      reason: "DEAD",
+      reason: HelperReason.DEAD,
     });
     this.operation = operation;
   }
@@ -338,7 +413,7 @@ export class OperationHeldError extends OpregError {
     super({
       message: `operation ${operation?.namespace}/${operation?.operationKey} is HELD by an operator; claim again in ${retryAfterMs} ms`,
       code: GrpcStatus.FAILED_PRECONDITION,
-      reason: "HELD",
+      reason: HelperReason.HELD,
     });
     this.operation = operation;
     this.retryAfterMs = retryAfterMs;
@@ -356,36 +431,67 @@ export class ReconcileRequiredError extends OpregError {
     super({
       message: `last outcome is unknown (remote ref "${remoteRef}"); pass options.reconcile`,
       code: GrpcStatus.FAILED_PRECONDITION,
-      reason: "RECONCILE_REQUIRED",
+      reason: HelperReason.RECONCILE_REQUIRED,
     });
     this.remoteRef = remoteRef;
   }
 }
 
-const BY_REASON: Record<string, new (init: OpregErrorInit) => OpregError> = {
-  PARAMETER_CONFLICT: ParameterConflictError,
-  STALE_FENCING_TOKEN: StaleFencingTokenError,
-  ALREADY_COMPLETED: AlreadyCompletedError,
-  LEASE_NOT_HELD: LeaseNotHeldError,
-  ORIGINAL_OUTCOME_UNKNOWN: OriginalOutcomeUnknownError,
-  NOTHING_TO_COMPENSATE: NothingToCompensateError,
-  ALREADY_COMPENSATED: AlreadyCompensatedError,
-  OPERATION_NOT_FOUND: NotFoundError,
-  RESOURCE_NOT_FOUND: NotFoundError,
-  INVALID_TRANSITION: InvalidTransitionError,
-  INVALID_ARGUMENT: InvalidArgumentError,
-  STORE_UNAVAILABLE: UnavailableError,
-  OVERLOADED: UnavailableError,
-  OPERATION_BUSY: OperationBusyError,
-  DEADLINE_EXCEEDED: DeadlineExceededError,
-  MESSAGE_TOO_LARGE: MessageTooLargeError,
-  RATE_LIMITED: RateLimitedError,
-  UNAUTHENTICATED: UnauthenticatedError,
-  PERMISSION_DENIED: PermissionDeniedError,
-  INTERNAL: InternalError,
+/**
+ * The work threw SentButUnconfirmedError and runOnce had no `reconcile` option:
+ * the outcome was recorded as unknown (remote ref `remoteRef`) and stays so until
+ * a caller with a reconcile callback (or an operator) settles it. `cause` is the
+ * work's SentButUnconfirmedError.
+ */
+export class OutcomeUnknownError extends OpregError {
+  readonly remoteRef: string;
+  /** The operation as Complete returned it (status UNKNOWN). */
+  readonly operation: Operation | undefined;
+
+  constructor(remoteRef: string, operation: Operation | undefined, cause: unknown) {
+    super({
+      message: `the outcome is unknown (remote ref "${remoteRef}") and recorded so; pass options.reconcile to settle it`,
+      code: GrpcStatus.UNKNOWN,
+      reason: HelperReason.OUTCOME_UNKNOWN,
+      cause,
+    });
+    this.remoteRef = remoteRef;
+    this.operation = operation;
+  }
+}
+
+type ErrorClass = new (init: OpregErrorInit) => OpregError;
+
+/** The class of each reason; typed over every ErrorReason, so a new reason must be mapped to compile. */
+const CLASS_BY_REASON: Readonly<Record<KnownErrorReason, ErrorClass>> = {
+  [ErrorReason.ERROR_REASON_INVALID_ARGUMENT]: InvalidArgumentError,
+  [ErrorReason.ERROR_REASON_MESSAGE_TOO_LARGE]: MessageTooLargeError,
+  [ErrorReason.ERROR_REASON_PARAMETER_CONFLICT]: ParameterConflictError,
+  [ErrorReason.ERROR_REASON_STALE_FENCING_TOKEN]: StaleFencingTokenError,
+  [ErrorReason.ERROR_REASON_ALREADY_COMPLETED]: AlreadyCompletedError,
+  [ErrorReason.ERROR_REASON_LEASE_NOT_HELD]: LeaseNotHeldError,
+  [ErrorReason.ERROR_REASON_ORIGINAL_OUTCOME_UNKNOWN]: OriginalOutcomeUnknownError,
+  [ErrorReason.ERROR_REASON_NOTHING_TO_COMPENSATE]: NothingToCompensateError,
+  [ErrorReason.ERROR_REASON_ALREADY_COMPENSATED]: AlreadyCompensatedError,
+  [ErrorReason.ERROR_REASON_INVALID_TRANSITION]: InvalidTransitionError,
+  [ErrorReason.ERROR_REASON_UNAUTHENTICATED]: UnauthenticatedError,
+  [ErrorReason.ERROR_REASON_PERMISSION_DENIED]: PermissionDeniedError,
+  [ErrorReason.ERROR_REASON_OPERATION_NOT_FOUND]: NotFoundError,
+  [ErrorReason.ERROR_REASON_RESOURCE_NOT_FOUND]: NotFoundError,
+  [ErrorReason.ERROR_REASON_STORE_UNAVAILABLE]: UnavailableError,
+  [ErrorReason.ERROR_REASON_OPERATION_BUSY]: OperationBusyError,
+  [ErrorReason.ERROR_REASON_OVERLOADED]: UnavailableError,
+  [ErrorReason.ERROR_REASON_RATE_LIMITED]: RateLimitedError,
+  [ErrorReason.ERROR_REASON_DEADLINE_EXCEEDED]: DeadlineExceededError,
+  [ErrorReason.ERROR_REASON_INTERNAL]: InternalError,
 };
 
-const BY_CODE: Partial<Record<number, new (init: OpregErrorInit) => OpregError>> = {
+/** The error class `fromServiceError` uses for `reason`. */
+export function errorClassOf(reason: KnownErrorReason): ErrorClass {
+  return CLASS_BY_REASON[reason];
+}
+
+const BY_CODE: Partial<Record<number, ErrorClass>> = {
   [GrpcStatus.ALREADY_EXISTS]: ParameterConflictError,
   [GrpcStatus.ABORTED]: StaleFencingTokenError,
   [GrpcStatus.NOT_FOUND]: NotFoundError,
@@ -427,8 +533,9 @@ export function fromServiceError(error: ServiceError): OpregError {
     retryDelayMs,
     cause: error,
   };
+  const reason = errorReasonOf(errorInfo?.reason);
   const Class =
-    (errorInfo !== undefined ? BY_REASON[errorInfo.reason] : undefined) ??
+    (reason !== undefined ? CLASS_BY_REASON[reason] : undefined) ??
     BY_CODE[error.code] ??
     (isServerTimeout(error.code, init.message) ? DeadlineExceededError : OpregError);
   return new Class(init);

@@ -8,6 +8,7 @@ export {
   type TlsOptions,
   type UnfinishedStatus,
 } from "./client";
+export { VERSION } from "./version";
 export { runOnce, type RetryPolicyOptions, type RunOnceOptions, type RunOnceResult } from "./runOnce";
 export { Reconciled, type Reconcile, type ReconcileOutcome, type Work, type WorkValue } from "./underLease";
 export { withRetries } from "./retry";

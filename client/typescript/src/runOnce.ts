@@ -1,42 +1,39 @@
 // runOnce(namespace, key, parameters, work, options): the run-once helper, the
-// same shape in every opreg client.
+// same shape in every opreg client, following client/PROTOCOL.md (the decisions
+// are in decide.ts, the execution under a lease in underLease.ts).
 //
-// 1. Claim. REPLAYED: return the stored result, or throw the stored business
-//    failure (BusinessError, replayed = true). IN_PROGRESS / RETRY_LATER: wait
-//    retry_after (plus jitter) and claim again, within one overall deadline.
-//    DEAD: OperationDeadError. HELD: OperationHeldError at once (an operator
-//    froze the operation; waiting it out would hide that from the caller).
-//    RECONCILE: options.reconcile(lease, remoteRef) first; it says succeeded /
-//    failed / notApplied (then the work runs).
-// 2. ACQUIRED / RECONCILE: the work (or reconcile) runs under the lease and its
-//    outcome is recorded by executeUnderLease (underLease.ts), the piece shared
-//    with the worker: renewals every renewEveryMs (default a third of the TTL),
-//    LeaseLostError when the lease is lost, Complete from the outcome, Lookup
-//    in doubt.
-// 3. The transient errors (UNAVAILABLE, DEADLINE_EXCEEDED, OPERATION_BUSY, a
-//    server's CANCELLED "Timeout expired") from Claim, Renew, Complete and Lookup
-//    are retried with exponential backoff and full jitter, at least the server's
-//    RetryInfo delay, inside the overall deadline; nothing else is
-//    (MESSAGE_TOO_LARGE included). A Claim whose answer was lost resumes the same lease (same
-//    owner).
+// 1. Claim (decideClaim). REPLAYED: the stored result, or the stored business
+//    failure (BusinessError, replayed = true). IN_PROGRESS (waited at most
+//    pollIntervalMs) / RETRY_LATER: wait retry_after plus jitter and claim
+//    again, within one overall deadline (default 120 s; a wait that would end
+//    past it fails at once with DeadlineExceededError). DEAD:
+//    OperationDeadError. HELD: OperationHeldError at once. RECONCILE: the
+//    reconcile callback under the lease; without one the lease is handed back
+//    (Complete unknown, same remote ref) and ReconcileRequiredError thrown.
+// 2. ACQUIRED / RECONCILE: executeUnderLease runs the step under the lease
+//    (renewals, LeaseLostError when it is lost, Complete from the outcome,
+//    Lookup in doubt) and says what follows: return, raise, or claim again (a
+//    TransientError recorded retryable: the queue's backoff governs; a
+//    SentButUnconfirmedError with a reconcile callback: the next Claim answers
+//    RECONCILE and reconciles at once; without one: OutcomeUnknownError).
+// 3. Transient errors of every call are retried with backoff inside the
+//    deadline; nothing else is. A Claim whose answer was lost resumes the same
+//    lease (same owner, one per runOnce call).
 import { performance } from "node:perf_hooks";
-
-import { status as GrpcStatus } from "@grpc/grpc-js";
 
 import type { OpregClient } from "./client";
 import { effectiveDeadline } from "./client";
+import { decideClaim } from "./decide";
 import type { JsonObject } from "./digest";
-import { BusinessError, OperationDeadError, OperationHeldError, OpregError } from "./errors";
-import { ClaimOutcome, OperationStatus, type Lease, type Operation, type RetryPolicy } from "./gen/opreg/v1/registry";
+import type { Operation, RetryPolicy } from "./gen/opreg/v1/registry";
 import {
   DEFAULT_BACKOFF_INITIAL_MS,
   DEFAULT_BACKOFF_MAX_MS,
   DEFAULT_CALL_TIMEOUT_MS,
-  deadlineError,
   withRetries,
   type RetryContext,
 } from "./retry";
-import { abortReason, durationFromMillis, millisFromDuration, sleep } from "./time";
+import { abortReason, durationFromMillis, sleep } from "./time";
 import { DEFAULT_LEASE_TTL_MS, defaultOwner, executeUnderLease, type Reconcile, type Work } from "./underLease";
 
 // Kept importable from here, where they were first defined.
@@ -65,6 +62,8 @@ export interface RunOnceOptions {
   deadline?: Date | number;
   /** Overall timeout in ms (the earlier of this and `deadline` applies). Default 120 000 ms. */
   timeoutMs?: number;
+  /** The longest an IN_PROGRESS answer is waited before claiming again (its retry_after is the holder's lease). Default 1 000 ms. */
+  pollIntervalMs?: number;
   /** Deadline of one call. Default 10 000 ms. */
   callTimeoutMs?: number;
   /** Transport retry backoff: full jitter over min(maxMs, initialMs * 2^n). Default 100 / 5 000 ms. */
@@ -95,7 +94,9 @@ export interface RunOnceResult {
   readonly text: string;
 }
 
-const DEFAULT_TIMEOUT_MS = 120_000;
+/** The overall deadline: four default lease lengths, so a holder that died is taken over well inside it. */
+export const DEFAULT_TIMEOUT_MS = 120_000;
+export const DEFAULT_POLL_INTERVAL_MS = 1_000;
 
 function makeResult(
   result: Uint8Array,
@@ -158,64 +159,51 @@ export async function runOnce(
     compensates: options.compensates ?? "",
   };
 
+  const hasReconcile = options.reconcile !== undefined;
+  const pollIntervalMs = options.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS;
+
   for (;;) {
     if (signal?.aborted) throw abortReason(signal);
-    let claimSentAt = performance.now();
+    let firstSentAt: number | undefined;
+    let lastSentAt = 0;
     const response = await withRetries(
       `${what}: Claim`,
       (o) => {
-        claimSentAt = performance.now();
+        lastSentAt = performance.now();
+        firstSentAt ??= lastSentAt;
         return client.claim(claimRequest, o);
       },
       ctx,
     );
-    const operation = response.operation;
-    switch (response.outcome) {
-      case ClaimOutcome.CLAIM_OUTCOME_REPLAYED:
-        if (operation?.status === OperationStatus.OPERATION_STATUS_FAILED) {
-          throw new BusinessError(operation.failure?.code ?? "", operation.failure?.message ?? "", {
-            replayed: true,
-            operation,
-          });
-        }
+    const decision = decideClaim(response, { hasReconcile, now: Date.now(), deadlineAt: ctx.deadlineAt, pollIntervalMs, random: Math.random(), what });
+    switch (decision.kind) {
+      case "replayed": {
+        const operation = decision.operation;
         return makeResult(operation?.result ?? new Uint8Array(), operation?.resultRef ?? "", true, false, operation);
-      case ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS:
-      case ClaimOutcome.CLAIM_OUTCOME_RETRY_LATER: {
-        const retryAfter = millisFromDuration(response.retryAfter);
-        const wait = retryAfter + 10 + Math.random() * Math.min(1000, 50 + retryAfter * 0.2);
-        if (Date.now() + wait >= ctx.deadlineAt) {
-          throw deadlineError(`${what}: ${ClaimOutcome[response.outcome]}, next claim due in ${retryAfter} ms`);
-        }
-        await sleep(wait, signal);
+      }
+      case "raise":
+        throw decision.error;
+      case "wait":
+        await sleep(decision.waitMs, signal);
         continue;
+      case "execute": {
+        // The lease began no earlier than the send of the Claim that granted it. When
+        // an answer was lost, a later attempt resumed the lease an earlier one was
+        // granted (same token, not extended): no earlier than the first send, and no
+        // earlier than a TTL before the last (an older lease would have lapsed, and
+        // the last Claim been granted a new one).
+        const grantedAt = Math.max(firstSentAt ?? lastSentAt, lastSentAt - leaseTtlMs);
+        const { next } = await executeUnderLease(
+          { client, namespace, operationKey, owner, lease: decision.lease, grantedAt, leaseTtlMs, renewEveryMs, ctx, what },
+          decision.step,
+          work,
+          options.reconcile,
+          hasReconcile,
+        );
+        if (next.kind === "return") return makeResult(next.result, next.resultRef, false, next.reconciled, next.operation);
+        if (next.kind === "raise") throw next.error;
+        continue; // claim again
       }
-      case ClaimOutcome.CLAIM_OUTCOME_DEAD:
-        throw new OperationDeadError(operation);
-      case ClaimOutcome.CLAIM_OUTCOME_HELD:
-        throw new OperationHeldError(operation, millisFromDuration(response.retryAfter));
-      case ClaimOutcome.CLAIM_OUTCOME_ACQUIRED:
-      case ClaimOutcome.CLAIM_OUTCOME_RECONCILE: {
-        const lease = response.lease;
-        if (lease === undefined) {
-          throw new OpregError({ message: `${what}: ${ClaimOutcome[response.outcome]} without a lease`, code: GrpcStatus.INTERNAL });
-        }
-        const remoteRef =
-          response.outcome === ClaimOutcome.CLAIM_OUTCOME_RECONCILE ? (operation?.remoteRef ?? "") : undefined;
-        return execute(lease, remoteRef, claimSentAt);
-      }
-      default:
-        throw new OpregError({ message: `${what}: unexpected claim outcome ${response.outcome}`, code: GrpcStatus.UNKNOWN });
     }
-  }
-
-  async function execute(lease: Lease, remoteRef: string | undefined, grantedAt: number): Promise<RunOnceResult> {
-    const executed = await executeUnderLease(
-      { client, namespace, operationKey, owner, lease, grantedAt, leaseTtlMs, renewEveryMs, ctx, what },
-      remoteRef === undefined ? undefined : { remoteRef, reconcile: options.reconcile },
-      work,
-    );
-    // The work's error is rethrown once its report is recorded.
-    if (executed.outcome !== "success") throw executed.error;
-    return makeResult(executed.result, executed.resultRef, false, executed.reconciled, executed.operation);
   }
 }

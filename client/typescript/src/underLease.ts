@@ -1,43 +1,51 @@
 // Running one execution under a lease already granted (by Claim in runOnce, by
-// ClaimDue in the worker), with the run-once rules:
+// ClaimDue in the worker), with the run-once rules of client/PROTOCOL.md; the
+// decisions themselves are in decide.ts.
 //
-// 1. For a RECONCILE, the reconcile callback first; it says succeeded / failed
-//    / notApplied (then the work runs under the same lease).
-// 2. While the reconcile callback or the work runs, the lease is renewed in the
-//    background (LeaseKeeper). A lost lease aborts the signal given to them, and
-//    nothing is reported afterwards: LeaseLostError.
-// 3. The outcome is reported with Complete: a value is a success; a
-//    BusinessError a failure; a TransientError a retryable error; a
-//    SentButUnconfirmedError an unknown outcome; anything else a retryable error
-//    with errorClass = the error's name, then rethrown.
-// 4. Complete gets time of its own (COMPLETE_CALL_TIMEOUTS call timeouts, or the
-//    rest of the overall deadline if longer), and the lease is renewed while it
-//    is retried. In doubt (anything but a definitive refusal), a Lookup decides
-//    from the execution record of our token; if the report is not recorded
-//    there, OutcomeNotRecordedError.
+// 1. The step: the work; or for a RECONCILE the reconcile callback first (its
+//    verdict succeeded / failed is the outcome, notApplied runs the work under
+//    the same lease); or, for a RECONCILE without a callback, nothing (the lease
+//    is handed back with Complete(unknown, same remote ref)).
+// 2. While the step runs the lease is renewed in the background (LeaseKeeper).
+//    A lost lease aborts the signal given to the work, and nothing is reported
+//    afterwards: LeaseLostError.
+// 3. The outcome is reported with Complete (decideReport): a value is a
+//    success; a BusinessError a failure; a TransientError a retryable error; a
+//    SentButUnconfirmedError an unknown outcome; anything else a retryable
+//    error with errorClass = the error's name.
+// 4. Complete gets the rest of the overall deadline and at least
+//    COMPLETE_CALL_TIMEOUTS call timeouts from the end of the work, even past
+//    the overall deadline (finished work must be reported), and the lease is
+//    renewed while it is retried. STALE_FENCING_TOKEN / LEASE_NOT_HELD:
+//    LeaseLostError; a definitive refusal is raised; anything else is in doubt:
+//    a Lookup decides from the execution record of our token (exactly our
+//    outcome: recorded; SUPERSEDED: LeaseLostError; else
+//    OutcomeNotRecordedError).
+// 5. What follows the recorded report (decideRecorded) is the caller's to do:
+//    return, raise, or claim again.
 import { hostname } from "node:os";
 import { randomUUID } from "node:crypto";
 
 import type { OpregClient } from "./client";
 import {
-  AlreadyCompletedError,
-  BusinessError,
-  CompensationError,
-  InvalidArgumentError,
-  LeaseLostError,
-  LeaseNotHeldError,
-  NotFoundError,
-  OutcomeNotRecordedError,
-  ParameterConflictError,
-  ReconcileRequiredError,
-  SentButUnconfirmedError,
-  StaleFencingTokenError,
-  TransientError,
-} from "./errors";
-import { ExecutionOutcome, type CompleteRequest, type DeepPartial, type Lease, type Operation } from "./gen/opreg/v1/registry";
+  decideCompleteError,
+  decideInDoubt,
+  decideRecorded,
+  decideReport,
+  settledOfVerdict,
+  type Next,
+  type Plan,
+  type ReportKind,
+  type Settled,
+  type Step,
+} from "./decide";
+import { LeaseLostError, OutcomeNotRecordedError } from "./errors";
+import type { Lease, LookupResponse, Operation } from "./gen/opreg/v1/registry";
 import { LeaseKeeper } from "./leaseKeeper";
 import { withRetries, type RetryContext } from "./retry";
-import { abortReason, durationFromMillis } from "./time";
+import { abortReason } from "./time";
+
+export { describe } from "./decide";
 
 /** What work may return: the result bytes (a string is UTF-8 encoded), optionally with a reference. */
 export type WorkValue =
@@ -81,7 +89,7 @@ export type Reconcile = (lease: Lease, remoteRef: string, signal: AbortSignal) =
 export const DEFAULT_LEASE_TTL_MS = 30_000;
 
 /** How many call timeouts Complete may use once the work is done, even past the overall deadline. */
-const COMPLETE_CALL_TIMEOUTS = 3;
+export const COMPLETE_CALL_TIMEOUTS = 3;
 
 /** One lease granted to `owner` and how to keep it. */
 export interface LeasedExecution {
@@ -90,127 +98,73 @@ export interface LeasedExecution {
   operationKey: string;
   owner: string;
   lease: Lease;
-  /** performance.now() when the call that granted the lease was sent. */
+  /** performance.now() when the call that granted the lease was sent (no later than the server's lease began). */
   grantedAt: number;
   leaseTtlMs: number;
   renewEveryMs: number;
   /**
    * Call timeout and backoff; `deadlineAt` is the caller's overall deadline
-   * (Complete may go past it), `signal` the caller's cancellation, forwarded
-   * to the work but never to Complete.
+   * (Complete does not use it: it has time of its own), `signal` the caller's
+   * cancellation, forwarded to the work but never to Complete.
    */
   ctx: RetryContext;
   /** Names the execution in error messages. */
   what: string;
 }
 
-/** The remote ref of a RECONCILE, and who to ask about it (undefined: ReconcileRequiredError, reported unknown). */
-export interface ReconcileStep {
-  remoteRef: string;
-  reconcile: Reconcile | undefined;
+/** What executeUnderLease recorded, and what follows (decideRecorded). */
+export interface Executed {
+  recorded: ReportKind;
+  next: Next;
+  /** What the work (or the reconcile callback) threw, when it threw. */
+  thrown?: unknown;
 }
-
-/** What executeUnderLease recorded. */
-export type Executed =
-  | {
-      outcome: "success";
-      result: Uint8Array;
-      resultRef: string;
-      /** The result was established by the reconcile callback, not by the work. */
-      reconciled: boolean;
-      /** The operation as Complete (or the Lookup that confirmed it) returned it. */
-      operation: Operation | undefined;
-    }
-  | {
-      outcome: "failure" | "retryable" | "unknown";
-      /** What the work (or the reconcile step) threw; the report was made from it. */
-      error: unknown;
-      operation: Operation | undefined;
-    };
 
 /** `hostname/pid/random UUID`: an owner no other process or call shares. */
 export function defaultOwner(): string {
   return `${hostname()}/${process.pid}/${randomUUID()}`;
 }
 
-type Report = Pick<DeepPartial<CompleteRequest>, "success" | "failure" | "retryable" | "unknown">;
-
-function encode(value: Uint8Array | string | undefined): Uint8Array {
-  if (value === undefined) return new Uint8Array();
-  return typeof value === "string" ? new TextEncoder().encode(value) : value;
-}
-
-export function describe(error: unknown): { name: string; message: string } {
-  if (error instanceof Error) return { name: error.name || "Error", message: error.message };
-  return { name: typeof error, message: String(error) };
-}
-
-function successOf(value: WorkValue): { result: Uint8Array; resultRef: string } {
-  const shaped: { result?: Uint8Array | string; resultRef?: string } =
-    value instanceof Uint8Array || typeof value === "string" || value === undefined || value === null
-      ? { result: value ?? undefined }
-      : value;
-  return { result: encode(shaped.result), resultRef: shaped.resultRef ?? "" };
-}
-
-type FailedOutcome = Exclude<Executed["outcome"], "success">;
-
-/** The Complete report for an error thrown by the work or the reconcile step. */
-function reportOf(error: unknown): { outcome: FailedOutcome; report: Report } {
-  if (error instanceof BusinessError) {
-    return { outcome: "failure", report: { failure: { code: error.code, message: error.message } } };
-  }
-  if (error instanceof ReconcileRequiredError) {
-    const message = "not reconciled: runOnce was given no reconcile option";
-    return { outcome: "unknown", report: { unknown: { remoteRef: error.remoteRef, message } } };
-  }
-  if (error instanceof SentButUnconfirmedError) {
-    return { outcome: "unknown", report: { unknown: { remoteRef: error.remoteRef, message: error.message } } };
-  }
-  const { name, message } = describe(error);
-  const transient = error instanceof TransientError ? error : undefined;
-  const retryAfter = transient?.retryAfterMs === undefined ? undefined : durationFromMillis(transient.retryAfterMs);
-  return { outcome: "retryable", report: { retryable: { errorClass: transient?.errorClass ?? name, message, retryAfter } } };
-}
-
-/**
- * Runs the reconcile step (if any) and the work. Returns the success value and
- * whether reconcile established it; throws what is to be reported as a failure.
- */
+/** Runs the step under the lease: the reconcile callback (if any), then the work unless the verdict settled it. */
 async function settle(
   lease: Lease,
-  step: ReconcileStep | undefined,
+  step: Step,
+  reconcile: Reconcile | undefined,
   work: Work,
   signal: AbortSignal,
-): Promise<{ value: WorkValue; reconciled: boolean }> {
-  if (step !== undefined) {
-    if (step.reconcile === undefined) throw new ReconcileRequiredError(step.remoteRef);
+): Promise<Settled> {
+  if (step.kind === "handBack") return step;
+  if (step.kind === "reconcile") {
+    if (reconcile === undefined) return { kind: "handBack", remoteRef: step.remoteRef };
     let found: ReconcileOutcome;
     try {
-      found = await step.reconcile(lease, step.remoteRef, signal);
+      found = await reconcile(lease, step.remoteRef, signal);
     } catch (error) {
-      // Could not find out: the outcome stays unknown (a retryable report
-      // would forget it).
-      throw new SentButUnconfirmedError(step.remoteRef, `reconcile failed: ${describe(error).message}`, { cause: error });
+      return { kind: "reconcileThrew", error, remoteRef: step.remoteRef };
     }
-    if (found.kind === "succeeded") {
-      return { value: { result: found.result, resultRef: found.resultRef ?? step.remoteRef }, reconciled: true };
-    }
-    if (found.kind === "failed") throw new BusinessError(found.code, found.message, { reconciled: true });
+    const settled = settledOfVerdict(found, step.remoteRef);
+    if (settled !== undefined) return settled;
   }
-  return { value: await work(lease, signal), reconciled: false };
+  try {
+    return { kind: "value", value: await work(lease, signal), reconciled: false };
+  } catch (error) {
+    return { kind: "threw", error };
+  }
 }
 
 /**
- * Runs `step` and `work` under `execution.lease`, renewing it, and records the
- * outcome. Resolves with what was recorded (the work's error included, for the
- * caller to rethrow or log); rejects when nothing could be recorded:
- * LeaseLostError, OutcomeNotRecordedError, or a definitive refusal of Complete.
+ * Runs `step` (and `work`) under `execution.lease`, renewing it, and records the
+ * outcome. Resolves with what was recorded and what follows (return, raise, or
+ * claim again; `hasReconcile` decides an unconfirmed outcome); rejects when
+ * nothing could be recorded: LeaseLostError, OutcomeNotRecordedError, or a
+ * definitive refusal of Complete.
  */
 export async function executeUnderLease(
   execution: LeasedExecution,
-  step: ReconcileStep | undefined,
+  step: Step,
   work: Work,
+  reconcile: Reconcile | undefined,
+  hasReconcile: boolean,
 ): Promise<Executed> {
   const { client, namespace, operationKey, owner, lease, leaseTtlMs } = execution;
   const signal = execution.ctx.signal;
@@ -228,95 +182,77 @@ export async function executeUnderLease(
   );
   keeper.start();
 
-  let report: Report;
-  let recorded: (operation: Operation | undefined) => Executed;
-  try {
-    const { value, reconciled } = await settle(lease, step, work, controller.signal);
-    const success = successOf(value);
-    report = { success };
-    recorded = (operation) => ({ outcome: "success", ...success, reconciled, operation });
-  } catch (error) {
-    const failed = reportOf(error);
-    report = failed.report;
-    recorded = (operation) => ({ outcome: failed.outcome, error, operation });
-  } finally {
-    signal?.removeEventListener("abort", forward);
-  }
-
+  let plan: Plan;
+  let settled: Settled;
   let operation: Operation | undefined;
   try {
+    try {
+      settled = await settle(lease, step, reconcile, work, controller.signal);
+      plan = decideReport(settled);
+    } finally {
+      signal?.removeEventListener("abort", forward);
+    }
     // A lost lease: whatever the work did, nothing is reported under it.
     if (keeper.lost !== undefined) throw new LeaseLostError(lease.fencingToken, keeper.lost);
     // The lease is still renewed while Complete is retried.
-    operation = await record(execution, report);
+    operation = await record(execution, plan);
   } finally {
     await keeper.stop();
   }
-  return recorded(operation);
+  const next = decideRecorded(plan, operation, hasReconcile);
+  const thrown = settled.kind === "threw" || settled.kind === "reconcileThrew" ? { thrown: settled.error } : {};
+  return { recorded: plan.kind, next, ...thrown };
 }
 
 /**
  * Completes with the lease's token, retrying transport errors, with time of its
  * own even if the overall deadline passed while the work ran (the caller's
  * signal does not cancel it). In doubt, a Lookup says whether the report was
- * recorded.
+ * recorded. Resolves with the operation as recorded.
  */
-async function record(execution: LeasedExecution, report: Report): Promise<Operation | undefined> {
+async function record(execution: LeasedExecution, plan: Plan): Promise<Operation | undefined> {
   const { client, namespace, operationKey, ctx, what } = execution;
   const token = execution.lease.fencingToken;
   let doubt: unknown;
   try {
     const completed = await withRetries(
       `${what}: Complete`,
-      (o) => client.complete({ namespace, operationKey, fencingToken: token, ...report }, o),
+      (o) => client.complete({ namespace, operationKey, fencingToken: token, ...plan.report }, o),
       {
         ...ctx,
         signal: undefined,
         deadlineAt: Math.max(ctx.deadlineAt, Date.now() + COMPLETE_CALL_TIMEOUTS * ctx.callTimeoutMs),
+        deadlineName: `Complete's own time (the deadline, and at least ${COMPLETE_CALL_TIMEOUTS} call timeouts)`,
       },
     );
     return completed.operation;
   } catch (error) {
-    if (error instanceof StaleFencingTokenError || error instanceof LeaseNotHeldError) {
-      throw new LeaseLostError(token, error);
+    switch (decideCompleteError(error)) {
+      case "leaseLost":
+        throw new LeaseLostError(token, error);
+      case "raise":
+        throw error;
+      case "inDoubt":
+        doubt = error;
     }
-    if (
-      error instanceof AlreadyCompletedError ||
-      error instanceof InvalidArgumentError ||
-      error instanceof NotFoundError ||
-      error instanceof ParameterConflictError ||
-      error instanceof CompensationError
-    ) {
-      throw error;
-    }
-    doubt = error;
   }
-  const kind = reportKind(report);
-  let found;
+  let found: LookupResponse | undefined;
   try {
     found = await withRetries(
       `${what}: Lookup`,
       (o) => client.lookup({ namespace, operationKey, includeExecutions: true }, o),
-      { ...ctx, signal: undefined, deadlineAt: Date.now() + ctx.callTimeoutMs },
+      { ...ctx, signal: undefined, deadlineAt: Date.now() + ctx.callTimeoutMs, deadlineName: "the Lookup's time (a call timeout)" },
     );
   } catch {
-    throw new OutcomeNotRecordedError(token, kind, doubt);
+    found = undefined;
   }
-  const ours = found.executions.find((e) => e.fencingToken === token);
-  if (ours !== undefined && ours.outcome === RECORDED[kind]) return found.operation;
-  throw new OutcomeNotRecordedError(token, kind, doubt);
-}
-
-const RECORDED: Record<OutcomeNotRecordedError["report"], ExecutionOutcome> = {
-  success: ExecutionOutcome.EXECUTION_OUTCOME_SUCCEEDED,
-  failure: ExecutionOutcome.EXECUTION_OUTCOME_FAILED,
-  retryable: ExecutionOutcome.EXECUTION_OUTCOME_RETRYABLE,
-  unknown: ExecutionOutcome.EXECUTION_OUTCOME_UNKNOWN,
-};
-
-function reportKind(report: Report): OutcomeNotRecordedError["report"] {
-  if (report.success !== undefined) return "success";
-  if (report.failure !== undefined) return "failure";
-  if (report.unknown !== undefined) return "unknown";
-  return "retryable";
+  const settled = decideInDoubt(found, token, plan.kind);
+  switch (settled.kind) {
+    case "recorded":
+      return settled.operation;
+    case "leaseLost":
+      throw new LeaseLostError(token, doubt);
+    case "notRecorded":
+      throw new OutcomeNotRecordedError(token, plan.kind, doubt);
+  }
 }

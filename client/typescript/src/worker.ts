@@ -8,14 +8,16 @@
 //    server's RetryInfo delay; any other error stops the worker (after the
 //    drain below) and rejects run() with it.
 // 2. Run. Each operation runs under the lease ClaimDue granted with exactly the
-//    run-once rules (executeUnderLease, shared with runOnce: renewals every
-//    third of the TTL, the work's signal aborted when the lease is lost,
-//    Complete from the outcome, Lookup in doubt). ACQUIRED runs the handler of
-//    its kind (the key up to its first ':'), else the default handler, else it
-//    is completed retryable with errorClass NO_HANDLER. RECONCILE calls the
-//    reconcile callback and records its verdict (notApplied: the handler runs
-//    under the same lease); without a callback it is left alone, and logged:
-//    its reconcile lease expires and it comes back later.
+//    run-once rules (decideDue, then executeUnderLease, shared with runOnce:
+//    renewals every third of the TTL, the work's signal aborted when the lease
+//    is lost, Complete from the outcome, Lookup in doubt). ACQUIRED runs the
+//    handler of its kind (the key up to its first ':'), else the default
+//    handler, else it is completed retryable with errorClass NO_HANDLER.
+//    RECONCILE calls the reconcile callback and records its verdict
+//    (notApplied: the handler runs under the same lease); without a callback it
+//    is left alone, and logged: its reconcile lease expires and it comes back
+//    later. The worker never claims an operation again itself: a recorded retry
+//    or unknown outcome is handed out again by a later ClaimDue.
 // 3. Stop. When options.signal aborts: no more ClaimDue (one in flight is
 //    answered and its operations run: they are leased to us already), the
 //    operations in flight finish and are recorded; after graceMs their signal
@@ -24,6 +26,7 @@ import { performance } from "node:perf_hooks";
 
 import type { OpregClient } from "./client";
 import { LeaseLostError, TransientError } from "./errors";
+import { decideDue, describe } from "./decide";
 import { ClaimOutcome, type DueOperation, type Lease, type Operation } from "./gen/opreg/v1/registry";
 import {
   DEFAULT_BACKOFF_INITIAL_MS,
@@ -38,10 +41,8 @@ import { durationFromMillis, sleep } from "./time";
 import {
   DEFAULT_LEASE_TTL_MS,
   defaultOwner,
-  describe,
   executeUnderLease,
   type ReconcileOutcome,
-  type ReconcileStep,
   type Work,
   type WorkValue,
 } from "./underLease";
@@ -258,31 +259,17 @@ export class Worker {
   }
 
   private async handle(due: DueOperation, grantedAt: number): Promise<void> {
-    const { outcome, lease, operation } = due;
     const fields = fieldsOf(due);
-    if (lease === undefined || operation === undefined) {
-      this.log.error("claim due returned an operation without a lease", fields);
+    const reconcile = this.options.reconcile;
+    const decision = decideDue(due, reconcile !== undefined);
+    if (decision.kind === "leaveAlone") {
+      this.log.warn(decision.why, { ...fields, remoteRef: due.operation?.remoteRef });
       return;
     }
-    let step: ReconcileStep | undefined;
-    if (outcome === ClaimOutcome.CLAIM_OUTCOME_RECONCILE) {
-      const reconcile = this.options.reconcile;
-      if (reconcile === undefined) {
-        this.log.warn("unknown outcome left alone: no reconcile callback; it comes back when its reconcile lease expires", {
-          ...fields,
-          remoteRef: operation.remoteRef,
-        });
-        return;
-      }
-      step = { remoteRef: operation.remoteRef, reconcile: (l, _remoteRef, signal) => reconcile(operation, l, signal) };
-    } else if (outcome !== ClaimOutcome.CLAIM_OUTCOME_ACQUIRED) {
-      this.log.error("claim due returned an unexpected outcome; left alone", fields);
-      return;
-    }
-
+    const { lease, operation, step } = decision;
     const { namespace, operationKey } = operation;
     try {
-      const executed = await executeUnderLease(
+      const { recorded, next, thrown } = await executeUnderLease(
         {
           client: this.client,
           namespace,
@@ -297,10 +284,14 @@ export class Worker {
         },
         step,
         this.workFor(operation),
+        reconcile === undefined ? undefined : (l, _remoteRef, signal) => reconcile(operation, l, signal),
+        reconcile !== undefined,
       );
-      // Success and business failures are outcomes; the rest comes back later.
-      if (executed.outcome === "retryable" || executed.outcome === "unknown") {
-        this.log.warn(`operation recorded ${executed.outcome}`, { ...fields, error: describe(executed.error) });
+      // Success and business failures are outcomes; the rest comes back later
+      // (a recorded retry or unknown outcome is handed out by a later ClaimDue).
+      if (recorded === "retryable" || recorded === "unknown") {
+        const error = next.kind === "raise" ? next.error : thrown;
+        this.log.warn(`operation recorded ${recorded}`, { ...fields, error: describe(error) });
       }
     } catch (error) {
       // Another execution owns the operation now: expected after a hold or a takeover.

@@ -33,6 +33,7 @@ import {
 import { isTransient, transportWaitMs } from "../src/retry";
 import { capturingLogger, seedRetry, sleep, waitFor } from "./fixtures";
 import { startServer, type TestServer } from "./server";
+import { ERROR_INFO, encodeErrorInfo as errorInfo } from "./statusEncoding";
 
 let server: TestServer;
 let client: OpregClient;
@@ -55,19 +56,6 @@ after(async () => {
 
 // ---- google.rpc.Status, encoded as the server sends it ----
 
-function errorInfo(reason: string, metadata: Record<string, string> = {}): Uint8Array {
-  const writer = new BinaryWriter();
-  writer.tag(1, WireType.LengthDelimited).string(reason);
-  writer.tag(2, WireType.LengthDelimited).string(ERROR_DOMAIN);
-  for (const [k, v] of Object.entries(metadata)) {
-    writer.tag(3, WireType.LengthDelimited).fork();
-    writer.tag(1, WireType.LengthDelimited).string(k);
-    writer.tag(2, WireType.LengthDelimited).string(v);
-    writer.join();
-  }
-  return writer.finish();
-}
-
 function retryInfo(ms: number): Uint8Array {
   const writer = new BinaryWriter();
   writer.tag(1, WireType.LengthDelimited).fork();
@@ -77,7 +65,6 @@ function retryInfo(ms: number): Uint8Array {
   return writer.finish();
 }
 
-const ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo";
 const RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo";
 
 function rpcStatus(code: GrpcStatus, message: string, details: [typeUrl: string, value: Uint8Array][]): Uint8Array {

@@ -18,6 +18,7 @@ import {
   OperationStatus,
   OpregClient,
   OutcomeNotRecordedError,
+  OutcomeUnknownError,
   ParameterConflictError,
   parametersDigest,
   ReconcileRequiredError,
@@ -29,6 +30,7 @@ import {
   durationFromMillis,
   type Lease,
 } from "../src";
+import { seedRetry } from "./fixtures";
 import { startServer, type TestServer } from "./server";
 
 let server: TestServer;
@@ -264,7 +266,11 @@ describe("runOnce", () => {
         throw new SentButUnconfirmedError("psp-7", "timeout after sending");
       })
       .catch((e) => e);
-    assert.ok(sent instanceof SentButUnconfirmedError);
+    // Without a reconcile option: recorded unknown, OutcomeUnknownError (caused by the work's error).
+    assert.ok(sent instanceof OutcomeUnknownError, String(sent));
+    assert.equal(sent.remoteRef, "psp-7");
+    assert.ok(sent.cause instanceof SentButUnconfirmedError);
+    assert.equal(sent.operation?.status, OperationStatus.OPERATION_STATUS_UNKNOWN);
     let found = await client.lookup({ namespace: ns, operationKey: k });
     assert.equal(found.operation!.status, OperationStatus.OPERATION_STATUS_UNKNOWN);
     assert.equal(found.operation!.remoteRef, "psp-7");
@@ -392,25 +398,54 @@ describe("runOnce", () => {
     }
   });
 
-  test("RETRY_LATER after a TransientError: waits, then the retry runs", T, async () => {
+  test("a TransientError is recorded retryable and claimed again: RETRY_LATER is waited out, then the retry runs", T, async () => {
     const k = key("pushback");
-    const first = await client
-      .runOnce(ns, k, { n: 1 }, () => { throw new TransientError("busy", { retryAfterMs: 1_000 }); })
-      .catch((e) => e);
-    assert.ok(first instanceof TransientError);
-    const found = await client.lookup({ namespace: ns, operationKey: k });
-    assert.equal(found.operation!.status, OperationStatus.OPERATION_STATUS_RETRY_SCHEDULED);
-    assert.equal(found.operation!.lastErrorClass, "TransientError");
     const retrier = new OpregClient(server.address);
+    const outcomes = recordOutcomes(retrier);
     try {
-      const outcomes = recordOutcomes(retrier);
-      const second = await retrier.runOnce(ns, k, { n: 1 }, (lease) => `attempt ${lease.attempt}`, { timeoutMs: 10_000 });
-      assert.equal(second.text, "attempt 2");
+      let runs = 0;
+      const result = await retrier.runOnce(ns, k, { n: 1 }, (lease) => {
+        runs++;
+        if (runs === 1) throw new TransientError("busy", { retryAfterMs: 1_000 });
+        return `attempt ${lease.attempt}`;
+      }, { timeoutMs: 10_000 });
+      assert.equal(result.text, "attempt 2");
+      assert.equal(result.replayed, false);
+      assert.equal(runs, 2);
+      assert.equal(outcomes[0], ClaimOutcome.CLAIM_OUTCOME_ACQUIRED);
       assert.equal(outcomes.at(-1), ClaimOutcome.CLAIM_OUTCOME_ACQUIRED);
-      assert.ok(outcomes.slice(0, -1).every((o) => o === ClaimOutcome.CLAIM_OUTCOME_RETRY_LATER), JSON.stringify(outcomes));
+      const between = outcomes.slice(1, -1);
+      assert.ok(between.length >= 1 && between.every((o) => o === ClaimOutcome.CLAIM_OUTCOME_RETRY_LATER), JSON.stringify(outcomes));
+      const found = await client.lookup({ namespace: ns, operationKey: k, includeExecutions: true });
+      assert.deepEqual(found.executions.map((e) => e.outcome), [
+        ExecutionOutcome.EXECUTION_OUTCOME_RETRYABLE,
+        ExecutionOutcome.EXECUTION_OUTCOME_SUCCEEDED,
+      ]);
+      assert.equal(found.operation!.lastErrorClass, "TransientError");
     } finally {
       retrier.close();
     }
+  });
+
+  test("TransientErrors until the budget is spent: OperationDeadError", T, async () => {
+    let runs = 0;
+    const error = await client
+      .runOnce(ns, key("spent"), { n: 1 }, () => { runs++; throw new TransientError("still busy"); }, {
+        retryPolicy: { maxAttempts: 2, initialBackoffMs: 20, maxBackoffMs: 50, deadlineMs: 60_000 },
+      })
+      .catch((e) => e);
+    assert.ok(error instanceof OperationDeadError, String(error));
+    assert.equal(error.operation?.status, OperationStatus.OPERATION_STATUS_DEAD);
+    assert.equal(runs, 2);
+  });
+
+  test("a TransientError claimed again until the overall deadline: DeadlineExceededError", T, async () => {
+    const error = await client
+      .runOnce(ns, key("pushback-deadline"), { n: 1 }, () => { throw new TransientError("busy", { retryAfterMs: 5_000 }); }, {
+        timeoutMs: 1_000,
+      })
+      .catch((e) => e);
+    assert.ok(error instanceof DeadlineExceededError, String(error));
   });
 
   test("other errors are reported retryable with their name and rethrown; DEAD is typed", T, async () => {
@@ -428,9 +463,7 @@ describe("runOnce", () => {
 
   test("HELD: OperationHeldError at once, carrying retry_after; the work does not run", T, async () => {
     const k = key("held");
-    await client
-      .runOnce(ns, k, { n: 1 }, () => { throw new TransientError("busy", { retryAfterMs: 100 }); })
-      .catch(() => undefined);
+    await seedRetry(client, ns, k, { n: 1 }, { retryAfterMs: 100 });
     await client.holdOperation({ namespace: ns, operationKey: k, operator: "alice", reason: "investigating" });
     const other = new OpregClient(server.address);
     const calls = spy(other);
@@ -471,9 +504,21 @@ describe("runOnce", () => {
     const k = key("deadline");
     await client.claim({ namespace: ns, operationKey: k, parameters: { n: 1 }, owner: "holder", leaseTtl: durationFromMillis(30_000) });
     const started = Date.now();
-    const error = await client.runOnce(ns, k, { n: 1 }, () => "never", { timeoutMs: 2_000 }).catch((e) => e);
+    // IN_PROGRESS for 30 s, waited at most the poll interval (1 s) at a time: past an 800 ms deadline.
+    const error = await client.runOnce(ns, k, { n: 1 }, () => "never", { timeoutMs: 800 }).catch((e) => e);
     assert.ok(error instanceof DeadlineExceededError, String(error));
-    assert.ok(Date.now() - started < 1_000);
+    assert.ok(Date.now() - started < 500, `took ${Date.now() - started} ms`);
+
+    // Within a longer deadline, the holder's lease is polled every pollIntervalMs (plus jitter).
+    const poller = new OpregClient(server.address);
+    const outcomes = recordOutcomes(poller);
+    try {
+      const polled = await poller.runOnce(ns, k, { n: 1 }, () => "never", { timeoutMs: 2_000, pollIntervalMs: 300 }).catch((e) => e);
+      assert.ok(polled instanceof DeadlineExceededError, String(polled));
+      assert.ok(outcomes.length >= 3 && outcomes.every((o) => o === ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS), JSON.stringify(outcomes));
+    } finally {
+      poller.close();
+    }
   });
 
   test("work finishing after the overall deadline is still recorded; renewals go on while Complete is retried", T, async () => {

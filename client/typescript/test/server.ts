@@ -1,18 +1,19 @@
 // Starts the real opreg server for a test file: the binary from OPREG_SERVER_BIN
 // (default <repo>/target/debug/opreg-server), an embedded PostgreSQL in a private
-// temporary directory, a free port on 127.0.0.1 and an OS-chosen port for the
-// metrics endpoint (so that neither collides with a server already running on
-// the default ports). stop() sends SIGTERM and waits for the server (which
-// stops PostgreSQL itself) to exit.
+// temporary directory (it listens on a Unix socket only), and both the gRPC and
+// the metrics address on port 0 of 127.0.0.1: the OS picks free ports, so
+// nothing collides with a server already running on the defaults (50051 / 9464)
+// or with a test file running beside this one. The address is read from the
+// server's "opreg serving address=..." log line. stop() sends SIGTERM and waits
+// for the server (which stops PostgreSQL itself) to exit.
 import { spawn, type ChildProcess } from "node:child_process";
 import { chmodSync, mkdtempSync, openSync, closeSync, readFileSync, rmSync, existsSync } from "node:fs";
-import { connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 
 // dist/test/server.js -> client/typescript -> repo root
-const PACKAGE_ROOT = resolve(__dirname, "..", "..");
-const REPO_ROOT = resolve(PACKAGE_ROOT, "..", "..");
+export const PACKAGE_ROOT = resolve(__dirname, "..", "..");
+export const REPO_ROOT = resolve(PACKAGE_ROOT, "..", "..");
 
 export interface TestServer {
   address: string;
@@ -20,27 +21,14 @@ export interface TestServer {
   stop(): Promise<void>;
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      const port = typeof address === "object" && address !== null ? address.port : 0;
-      server.close(() => resolvePort(port));
-    });
-  });
-}
+// The server's log line once it accepts calls (plain format: ANSI colours stripped).
+const SERVING = /opreg serving address=(\S+) metrics=(\S+)/;
+// An SGR escape (ESC [ ... m), as the plain log format colours its fields.
+const ANSI = new RegExp(String.fromCharCode(27) + "\\[[0-9;]*m", "g");
 
-function accepts(port: number): Promise<boolean> {
-  return new Promise((resolveAccepts) => {
-    const socket = connect({ host: "127.0.0.1", port });
-    socket.once("connect", () => {
-      socket.destroy();
-      resolveAccepts(true);
-    });
-    socket.once("error", () => resolveAccepts(false));
-  });
+/** The gRPC address in the "opreg serving" line of `log`, once it is there. */
+function servingAddress(log: string): string | undefined {
+  return SERVING.exec(log.replace(ANSI, ""))?.[1];
 }
 
 const running = new Set<ChildProcess>();
@@ -58,12 +46,11 @@ export async function startServer(env: Record<string, string> = {}): Promise<Tes
   chmodSync(dir, 0o755); // as root, PostgreSQL runs as another user that must traverse it
   const logPath = join(dir, "server.log");
   const log = openSync(logPath, "a");
-  const port = await freePort();
   const child = spawn(binary, [], {
     env: {
       ...process.env,
       OPREG_DATA_DIR: join(dir, "pg"),
-      OPREG_LISTEN_ADDR: `127.0.0.1:${port}`,
+      OPREG_LISTEN_ADDR: "127.0.0.1:0",
       OPREG_METRICS_ADDR: "127.0.0.1:0",
       ...env,
     },
@@ -93,14 +80,18 @@ export async function startServer(env: Record<string, string> = {}): Promise<Tes
   };
 
   const started = Date.now();
-  while (!(await accepts(port))) {
+  for (;;) {
+    const address = servingAddress(readFileSync(logPath, "utf8"));
+    if (address !== undefined) {
+      const port = Number(address.slice(address.lastIndexOf(":") + 1));
+      return { address, port, stop };
+    }
     if (exited || Date.now() - started > 60_000) {
       const output = readFileSync(logPath, "utf8");
       await stop();
-      const why = exited ? `it exited (${exitStatus})` : "it did not listen within 60 s";
-      throw new Error(`opreg server did not start on port ${port}: ${why}:\n${output}`);
+      const why = exited ? `it exited (${exitStatus})` : "it did not serve within 60 s";
+      throw new Error(`opreg server did not start: ${why}:\n${output}`);
     }
-    await new Promise((r) => setTimeout(r, 100));
+    await new Promise((r) => setTimeout(r, 50));
   }
-  return { address: `127.0.0.1:${port}`, port, stop };
 }

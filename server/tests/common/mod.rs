@@ -68,6 +68,19 @@ pub async fn spawn_app_without_database(configure: impl FnOnce(&mut Config)) -> 
     serve(&config, pool, nowhere).await
 }
 
+/// The URL of the test's database, for a server started as a process.
+pub fn database_url(options: &PgConnectOptions) -> String {
+    let socket = options
+        .get_socket()
+        .expect("the test database is on a socket");
+    format!(
+        "postgres://{}@localhost/{}?host={}",
+        options.get_username(),
+        options.get_database().unwrap(),
+        socket.display()
+    )
+}
+
 /// A loopback port nothing listens on (at the time of asking).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -9,6 +9,8 @@ See README.md for the contract of :meth:`Client.run_once`, of the worker
 (:class:`Worker`, :class:`AsyncWorker`) and of the OperationAdmin calls.
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from ._convert import retry_policy, to_duration, to_struct
 from ._gen.v1 import admin_pb2 as admin_pb
 from ._gen.v1 import registry_pb2 as pb
@@ -37,7 +39,6 @@ from ._gen.v1.registry_pb2 import (
     Failure,
     FencedWriteResponse,
     GetResourceResponse,
-    Lease as LeaseMessage,
     LookupResponse,
     Operation,
     OperationStatus,
@@ -46,6 +47,9 @@ from ._gen.v1.registry_pb2 import (
     RetryPolicy,
     Success,
     UnknownOutcome,
+)
+from ._gen.v1.registry_pb2 import (
+    Lease as LeaseMessage,
 )
 from ._run import (
     BusinessError,
@@ -65,6 +69,8 @@ from .errors import (
     AlreadyCompleted,
     CompensationError,
     DeadlineExceeded,
+    ErrorMetadataKey,
+    ErrorReason,
     FieldViolation,
     InternalError,
     InvalidArgument,
@@ -72,15 +78,16 @@ from .errors import (
     LeaseLost,
     LeaseNotHeld,
     MessageTooLarge,
-    NothingToCompensate,
     NotFound,
-    OperationDead,
+    NothingToCompensate,
     OperationBusy,
+    OperationDead,
     OperationHeld,
     OperationNotFound,
     OpregError,
     OriginalOutcomeUnknown,
     OutcomeNotRecorded,
+    OutcomeUnknown,
     ParameterConflict,
     PermissionDenied,
     RateLimited,
@@ -90,9 +97,15 @@ from .errors import (
     Unauthenticated,
     Unavailable,
     from_rpc_error,
+    is_transient,
+    metadata_key,
+    reason_name,
 )
 
-__version__ = "0.1.0"
+try:
+    __version__ = version("opreg")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 
 def run_once(client, namespace, operation_key, parameters, work, **kwargs):  # type: ignore[no-untyped-def]
@@ -155,7 +168,14 @@ __all__ = [
     "LeaseLost",
     "ReconcileRequired",
     "OutcomeNotRecorded",
+    "OutcomeUnknown",
+    "ErrorReason",
+    "ErrorMetadataKey",
+    "reason_name",
+    "metadata_key",
+    "is_transient",
     "from_rpc_error",
+    "__version__",
     "AdminAction",
     "AuditEntry",
     "BatchClaimResponse",

@@ -6,14 +6,14 @@ from __future__ import annotations
 import datetime
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 from google.protobuf import duration_pb2, struct_pb2
 
 from ._gen.v1 import registry_pb2 as pb
 
-Seconds = Union[float, int, datetime.timedelta, duration_pb2.Duration]
-Parameters = Union[Mapping[str, Any], struct_pb2.Struct]
+Seconds = float | int | datetime.timedelta | duration_pb2.Duration
+Parameters = Mapping[str, Any] | struct_pb2.Struct
 
 
 def seconds(value: Seconds) -> float:

@@ -24,6 +24,16 @@ from ._gen.v1 import registry_pb2 as pb
 
 __all__ = ["DEFAULT_CHANNEL_OPTIONS", "ClientBase", "Call", "as_method", "REGISTRY", "ADMIN"]
 
+# W3C trace context (traceparent, tracestate) from the caller's OpenTelemetry
+# context, when opentelemetry-api is installed (the `otel` extra).
+_inject: Callable[[dict[str, str]], None] | None
+try:
+    from opentelemetry.propagate import inject as _otel_inject
+except ImportError:
+    _inject = None
+else:
+    _inject = _otel_inject
+
 R = TypeVar("R")
 ChannelT = TypeVar("ChannelT")
 C = TypeVar("C", bound="ClientBase[Any]")
@@ -54,8 +64,8 @@ class ClientBase(Generic[ChannelT]):
         # One channel for both services: OperationAdmin is a separate service so
         # that access to it can be granted apart, not a separate endpoint.
         self._stubs: dict[str, Any] = {
-            REGISTRY: registry_pb2_grpc.OperationRegistryStub(channel),
-            ADMIN: admin_pb2_grpc.OperationAdminStub(channel),
+            REGISTRY: registry_pb2_grpc.OperationRegistryStub(channel),  # type: ignore[no-untyped-call]
+            ADMIN: admin_pb2_grpc.OperationAdminStub(channel),  # type: ignore[no-untyped-call]
         }
         self.timeout = timeout
 
@@ -104,11 +114,25 @@ class ClientBase(Generic[ChannelT]):
         return self._channel
 
     def _stub_method(self, call: Call[Any]) -> Callable[..., Any]:
-        """The stub's method for ``call``, bound to its request and timeout (the
-        call's own, else the client's)."""
+        """The stub's method for ``call``, bound to its request, timeout (the
+        call's own, else the client's) and metadata (the API key, and the trace
+        context of the caller's current OpenTelemetry context)."""
         method = getattr(self._stubs[call.service], call.method)
         timeout = self.timeout if call.timeout is None else call.timeout
-        return lambda: method(call.request, timeout=timeout, metadata=self._metadata)
+        metadata = self._call_metadata()
+        return lambda: method(call.request, timeout=timeout, metadata=metadata)
+
+    def _call_metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """The metadata of a call made now: the API key, and ``traceparent`` /
+        ``tracestate`` injected by OpenTelemetry's propagators (when
+        opentelemetry-api is installed and a span is current)."""
+        if _inject is None:
+            return self._metadata
+        carrier: dict[str, str] = {}
+        _inject(carrier)
+        if not carrier:
+            return self._metadata
+        return (*(self._metadata or ()), *carrier.items())
 
 
 @dataclass(frozen=True)
@@ -303,9 +327,7 @@ def batch_claim(
     ``WhichOneof("result")``); claims of one key answer as if run one after
     another. Raises only for an empty, too long or too large batch
     (:class:`opreg.InvalidArgument`), or when the call itself fails."""
-    request = pb.BatchClaimRequest(
-        claims=[c if isinstance(c, pb.ClaimRequest) else claim(**c).request for c in claims]
-    )
+    request = pb.BatchClaimRequest(claims=[c if isinstance(c, pb.ClaimRequest) else claim(**c).request for c in claims])
     return Call("BatchClaim", request, timeout)
 
 

@@ -23,6 +23,7 @@ from ._convert import Seconds, from_duration, seconds, to_duration
 from ._gen.v1 import registry_pb2 as pb
 from .errors import (
     AlreadyCompleted,
+    CompensationError,
     DeadlineExceeded,
     InvalidArgument,
     LeaseLost,
@@ -32,10 +33,12 @@ from .errors import (
     OperationHeld,
     OpregError,
     OutcomeNotRecorded,
+    OutcomeUnknown,
     ParameterConflict,
     ReconcileRequired,
     StaleFencingToken,
     Unavailable,
+    is_transient,
 )
 
 __all__ = [
@@ -237,8 +240,9 @@ class Deadline:
         return self.at - time.monotonic()
 
     def at_least(self, seconds_from_now: float) -> Deadline:
-        later = Deadline(0)
-        later.at = max(self.at, time.monotonic() + seconds_from_now)
+        """This deadline, or ``seconds_from_now`` if that is later."""
+        later = Deadline(seconds_from_now)
+        later.at = max(self.at, later.at)
         return later
 
 
@@ -381,9 +385,19 @@ def after_complete(
     *,
     retry_transient: bool,
     can_reconcile: bool,
+    fencing_token: int | None = None,
 ) -> Any:
-    """What ``run_once`` does once Complete recorded ``report``: return a Result,
-    return AGAIN (claim again), or raise."""
+    """What ``run_once`` does once Complete recorded ``report`` (client/PROTOCOL.md,
+    "The work returns"): return a Result, return AGAIN (claim again), or raise.
+
+    - success: the Result; failure: :class:`BusinessFailure` (``replayed`` false);
+    - a :class:`TransientError` (retryable): :class:`OperationDead` when the
+      report spent the budget, else claim again (the queue's backoff governs;
+      with ``retry_transient`` false it is re-raised instead);
+    - sent but unconfirmed (unknown): with a reconcile callback claim again,
+      which answers RECONCILE; without one :class:`OutcomeUnknown`;
+    - any other exception (recorded retryable): re-raised, never claimed again.
+    """
     status = operation.status
     if isinstance(report, pb.Success):
         if status != pb.OPERATION_STATUS_SUCCEEDED:
@@ -397,13 +411,24 @@ def after_complete(
             operation=operation,
         )
         raise failure from error
-    if status == pb.OPERATION_STATUS_DEAD:
-        raise dead(operation) from error
+    if isinstance(report, pb.UnknownOutcome):
+        if retry_transient and can_reconcile:
+            return AGAIN
+        raise OutcomeUnknown(
+            f"{operation.namespace}/{operation.operation_key}: the outcome of execution {fencing_token} is unknown "
+            f"(remote_ref={report.remote_ref!r}, recorded as {pb.OperationStatus.Name(status)}) "
+            "and no reconcile callback was given to find out what happened",
+            remote_ref=report.remote_ref,
+            fencing_token=fencing_token,
+            operation=operation,
+        ) from error
     if error is None:
         raise OpregError(f"unexpected report {type(report).__name__}")
-    if retry_transient and isinstance(error, TransientError):
-        return AGAIN
-    if retry_transient and can_reconcile and isinstance(error, SentButUnconfirmed):
+    if not isinstance(error, TransientError):
+        raise error  # an unexpected error: the caller's to see; the queue keeps the retry
+    if status == pb.OPERATION_STATUS_DEAD:
+        raise dead(operation) from error
+    if retry_transient:
         return AGAIN
     raise error
 
@@ -591,23 +616,26 @@ class Attempt:
         self.spec = spec
         self.reconciling = response.outcome == pb.CLAIM_OUTCOME_RECONCILE
         self.remote_ref = operation.remote_ref
-        self.lease_fields: dict[str, Any] = {
-            "namespace": spec.namespace,
-            "operation_key": spec.operation_key,
-            "lease": response.lease,
-            "reconciling": self.reconciling,
-            "remote_ref": operation.remote_ref,
-            "operation": operation,
-            "lease_ttl": spec.lease_ttl,
-            "local_expiry": claimed_at + spec.lease_ttl,
-        }
+        self.lease_fields: dict[str, Any] = dict(
+            namespace=spec.namespace,
+            operation_key=spec.operation_key,
+            lease=response.lease,
+            reconciling=self.reconciling,
+            remote_ref=operation.remote_ref,
+            operation=operation,
+            lease_ttl=spec.lease_ttl,
+            local_expiry=claimed_at + spec.lease_ttl,
+        )
         self.report: Outcome | None = None
         self.error: BaseException | None = None  # what work or reconcile raised
+        # Raised once the report is recorded, whatever it was: ReconcileRequired,
+        # or what the reconcile callback raised.
+        self.raise_after: BaseException | None = None
         self.recorded: pb.Operation | None = None  # the operation once Complete recorded the report
         if self.reconciling and not run.can_reconcile:
             # Hand the reconcile lease back at once (Complete(unknown), same
             # remote_ref) rather than sit on it until it lapses; then raise.
-            self.error = ReconcileRequired(
+            self.error = self.raise_after = ReconcileRequired(
                 f"{spec.namespace}/{spec.operation_key}: the last outcome is unknown "
                 f"(remote_ref={operation.remote_ref!r}) and no reconcile callback was given",
                 remote_ref=operation.remote_ref,
@@ -628,6 +656,7 @@ class Attempt:
     def reconcile_failed(self, lease: LeaseBase, error: Exception) -> None:
         """A failed reconcile leaves the outcome unknown (then it is re-raised)."""
         self._failed(lease, error, reconcile_error_report(error, self.remote_ref))
+        self.raise_after = error
 
     def worked(self, value: Any) -> None:
         self.report = success_report(value)
@@ -643,10 +672,12 @@ class Attempt:
 
     def complete(self, complete: Callable[..., T], lease: LeaseBase) -> Retry[T]:
         """The Complete to make with ``complete`` (the client's method); raises
-        LeaseLost if the lease was lost meanwhile. The answer to a Complete may
-        be lost; the same report with the same token is idempotent, so it is
-        retried (while the lease is still renewed) for a few RPC timeouts of its
-        own, even past the overall deadline: finished work must be reported."""
+        LeaseLost if the lease was lost meanwhile (nothing is reported under a
+        lease that is not ours). The answer to a Complete may be lost; the same
+        report with the same token is idempotent, so it is retried (while the
+        lease is still renewed) for the rest of the overall deadline and at
+        least COMPLETE_RPC_TIMEOUTS call timeouts, even past the deadline:
+        finished work must be reported."""
         if lease.lost:
             raise lease._lost_error() from (self.error or lease.lost_reason)
         spec, report = self.spec, self.report
@@ -664,10 +695,23 @@ class Attempt:
             self.error,
         )
 
+    def complete_failed(self, lease: LeaseBase, error: OpregError) -> None:
+        """Complete (retried for its own time) failed with ``error``. Raises
+        LeaseLost for STALE_FENCING_TOKEN and LEASE_NOT_HELD (another execution
+        holds the operation, or no lease is ours), re-raises a definitive
+        refusal (ALREADY_COMPLETED, INVALID_ARGUMENT, OPERATION_NOT_FOUND,
+        PARAMETER_CONFLICT, the compensation reasons); returns when the report
+        is in doubt (anything else, or Complete's time ran out): then
+        :meth:`lookup` decides."""
+        if isinstance(error, COMPLETE_LEASE_LOST):
+            raise lease._lose(error) from error
+        if isinstance(error, COMPLETE_DEFINITIVE):
+            raise error
+
     def in_doubt(self, error: BaseException) -> bool:
         """True when Complete's ``error`` leaves open whether the report was
         recorded (then :meth:`lookup` decides); false for a definitive refusal."""
-        return not isinstance(error, COMPLETE_DEFINITIVE)
+        return not isinstance(error, (*COMPLETE_LEASE_LOST, *COMPLETE_DEFINITIVE))
 
     def lookup(self, lookup: Callable[..., T], cause: BaseException) -> Retry[T]:
         """The Lookup (with executions) to make when Complete's result is in doubt."""
@@ -680,18 +724,27 @@ class Attempt:
             cause,
         )
 
-    def looked_up(self, lease: LeaseBase, response: pb.LookupResponse | None, cause: BaseException) -> pb.CompleteResponse:
+    def looked_up(
+        self, lease: LeaseBase, response: pb.LookupResponse | None, cause: BaseException
+    ) -> pb.CompleteResponse:
         """Decides from the execution record of our token whether the report
-        was recorded: then Complete's answer (to hand to :meth:`done`); else
-        raises :class:`OutcomeNotRecorded` (or LeaseLost if superseded)."""
+        was recorded: only exactly the outcome we reported counts (success →
+        SUCCEEDED, failure → FAILED, retryable → RETRYABLE, unknown → UNKNOWN),
+        then Complete's answer (to hand to :meth:`done`); SUPERSEDED (taken
+        over) or REVOKED (by an operator) raises LeaseLost; anything else (RUNNING, another outcome, no such execution,
+        the Lookup failed) raises :class:`OutcomeNotRecorded`."""
         spec, report = self.spec, self.report
-        mine = [e for e in (response.executions if response is not None else []) if e.fencing_token == lease.fencing_token]
-        if mine and mine[-1].outcome == pb.EXECUTION_OUTCOME_SUPERSEDED:
+        executions = response.executions if response is not None else []
+        mine = [e for e in executions if e.fencing_token == lease.fencing_token]
+        if mine and mine[-1].outcome in (pb.EXECUTION_OUTCOME_SUPERSEDED, pb.EXECUTION_OUTCOME_REVOKED):
             raise lease._lose(cause) from cause
         if mine and mine[-1].outcome == RECORDED_AS.get(type(report)):
             assert response is not None
             return pb.CompleteResponse(operation=response.operation)
-        seen = pb.ExecutionOutcome.Name(mine[-1].outcome) if mine else ("no execution" if response is not None else "Lookup failed")
+        if mine:
+            seen = pb.ExecutionOutcome.Name(mine[-1].outcome)
+        else:
+            seen = "no execution" if response is not None else "Lookup failed"
         raise OutcomeNotRecorded(
             f"{spec.namespace}/{spec.operation_key}: the outcome of execution {lease.fencing_token} "
             f"({type(report).__name__}) was not recorded: Complete failed ({cause}) and Lookup shows {seen}",
@@ -703,8 +756,8 @@ class Attempt:
         """What ``run_once`` does once Complete recorded the report: return a
         Result, return AGAIN (claim again), or raise."""
         self.recorded = completed.operation
-        if self.reconciling and self.error is not None:
-            raise self.error
+        if self.raise_after is not None:
+            raise self.raise_after
         assert self.report is not None
         self.run.last_error = self.error
         return after_complete(
@@ -713,6 +766,7 @@ class Attempt:
             self.error,
             retry_transient=self.spec.retry_transient,
             can_reconcile=self.run.can_reconcile,
+            fencing_token=self.lease_fields["lease"].fencing_token,
         )
 
 
@@ -720,8 +774,9 @@ def due_attempt(spec: RunSpec, due: pb.DueOperation, claimed_at: float) -> Attem
     """The :class:`Attempt` for an operation ClaimDue handed out, run by the
     worker under the run-once rules. It is never claimed again (the worker's
     next ClaimDue does that), so it has no overall deadline of its own: Complete
-    gets its COMPLETE_RPC_TIMEOUTS, and a recorded TransientError or
-    SentButUnconfirmed is raised from :meth:`Attempt.done`, not retried."""
+    gets its COMPLETE_RPC_TIMEOUTS, a recorded TransientError is raised from
+    :meth:`Attempt.done` and a SentButUnconfirmed raises OutcomeUnknown; the
+    worker logs them."""
     spec = replace(spec, operation_key=due.operation.operation_key, retry_transient=False)
     return Attempt(RunOnce(spec, 0, can_reconcile=True), due, claimed_at)
 
@@ -730,14 +785,17 @@ def due_attempt(spec: RunSpec, due: pb.DueOperation, claimed_at: float) -> Attem
 # timeouts of its own, past the overall deadline if need be.
 COMPLETE_RPC_TIMEOUTS = 3
 
-# Complete's refusals that settle the matter; any other error leaves it in doubt.
-COMPLETE_DEFINITIVE = (
-    StaleFencingToken,
+# Complete's refusals that say the lease is not ours (raised as LeaseLost).
+COMPLETE_LEASE_LOST: tuple[type[OpregError], ...] = (StaleFencingToken, LeaseNotHeld)
+
+# Complete's refusals that settle the matter (raised as they are); any other
+# error, or Complete's time running out, leaves the report in doubt.
+COMPLETE_DEFINITIVE: tuple[type[OpregError], ...] = (
     AlreadyCompleted,
     InvalidArgument,
     NotFound,
-    LeaseNotHeld,
     ParameterConflict,
+    CompensationError,
     LeaseLost,  # raised before Complete was sent
 )
 
@@ -752,9 +810,9 @@ RECORDED_AS = {
 
 def expiry_margin(lease_ttl: float) -> float:
     """How long before its local expiry a lease that could not be renewed is
-    given up: the local clock and the server's may differ, and work needs time
-    to notice."""
-    return min(lease_ttl / 10, 2.0)
+    given up (a tenth of its TTL): the local clock and the server's may differ,
+    and work needs time to notice."""
+    return lease_ttl / 10
 
 
 class Renewal:
@@ -796,11 +854,14 @@ class Renewal:
         self._backoff.reset()
         self.wait = self._spec.renew_interval
 
-    def failed(self, error: OpregError) -> bool:
-        """True when the lease is lost: the renewal was refused, or it could not
-        be renewed before it expired. Otherwise retry after ``wait``."""
+    def failed(self, error: Exception) -> bool:
+        """True when the lease is lost: the renewal was refused (any error that
+        is not transient: STALE_FENCING_TOKEN, LEASE_NOT_HELD, OPERATION_NOT_FOUND,
+        PERMISSION_DENIED, anything; a lease that cannot be confirmed must not be
+        written under), or it could not be renewed before it expired. Otherwise
+        retry after ``wait``."""
         lease = self._lease
-        if isinstance(error, (StaleFencingToken, LeaseNotHeld, NotFound)):
+        if not is_transient(error):
             lease._mark_lost(error)
             return True
         left = lease._local_expiry - self._margin - time.monotonic()

@@ -34,7 +34,7 @@ from ._run import (
     run_spec,
     transport_wait,
 )
-from .errors import LeaseLost, OperationDead, Unavailable
+from .errors import LeaseLost, OperationDead, OutcomeUnknown, Unavailable
 
 __all__ = ["NO_HANDLER", "NoHandler", "WorkerStopped", "kind_of"]
 
@@ -60,7 +60,7 @@ MAX_CLAIM_DUE_LIMIT = 1000
 UNWIND_TIMEOUT = 5.0
 
 # What the work (or reconcile) raised when its report was recorded as such.
-_RECORDED_ERRORS = (BusinessFailure, OperationDead, TransientError, SentButUnconfirmed)
+_RECORDED_ERRORS = (BusinessFailure, OperationDead, TransientError, SentButUnconfirmed, OutcomeUnknown)
 
 _REPORT_NAMES = {
     pb.Success: "success",
@@ -151,7 +151,7 @@ class WorkerBase(Generic[LeaseT]):
         grace: Seconds = 30.0,
         renew_interval: Seconds | None = None,
         rpc_timeout: Seconds = 10.0,
-        transport_backoff: tuple[float, float] = (0.05, 2.0),
+        transport_backoff: tuple[float, float] = (0.1, 5.0),
     ) -> None:
         if not handlers and default is None:
             raise ValueError("give handlers by kind, a default handler, or both")

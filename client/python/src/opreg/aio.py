@@ -70,7 +70,7 @@ async def _renew_forever(client: AsyncClient, lease: AsyncLease, spec: _run.RunS
             return
         try:
             response = await renewal.renew(client.renew)
-        except OpregError as error:
+        except Exception as error:  # noqa: BLE001 - any error but a transient one loses the lease
             if renewal.failed(error):
                 return
         else:
@@ -170,14 +170,14 @@ class AsyncClient(_rpc.ClientBase[grpc.aio.Channel]):
         owner: str | None = None,
         execution_id: str = "",
         lease_ttl: Seconds = 30.0,
-        deadline: Seconds = 60.0,
+        deadline: Seconds = 120.0,
         retry_policy: pb.RetryPolicy | None = None,
         compensates: str = "",
         renew_interval: Seconds | None = None,
         rpc_timeout: Seconds = 10.0,
         poll_interval: Seconds = 1.0,
         retry_transient: bool = True,
-        transport_backoff: tuple[float, float] = (0.05, 2.0),
+        transport_backoff: tuple[float, float] = (0.1, 5.0),
     ) -> Result:
         """The asyncio form of :meth:`opreg.Client.run_once`. ``work(lease)`` is
         awaited in its own task, cancelled if the lease is lost (then
@@ -249,11 +249,8 @@ class AsyncClient(_rpc.ClientBase[grpc.aio.Channel]):
         """Complete; when its result is in doubt, a Lookup decides."""
         try:
             return await self._retry(attempt.complete(self.complete, lease))
-        except StaleFencingToken as stale:
-            raise lease._lose(stale) from stale
         except OpregError as error:
-            if not attempt.in_doubt(error):
-                raise
+            attempt.complete_failed(lease, error)  # raises unless the report is in doubt
             try:
                 looked: pb.LookupResponse | None = await self._retry(attempt.lookup(self.lookup, error))
             except OpregError:

@@ -8,6 +8,7 @@ leases in a thread and runs a worker's operations on threads."""
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable
@@ -62,13 +63,17 @@ class _Renewer(threading.Thread):
         self._client = client
         self._renewal = _run.Renewal(lease, spec)
         self._stopped = threading.Event()
+        self._context = contextvars.copy_context()  # the caller's (its trace context, say)
 
     def run(self) -> None:
+        self._context.run(self._renew)
+
+    def _renew(self) -> None:
         renewal = self._renewal
         while not self._stopped.wait(renewal.wait) and not renewal.pointless:
             try:
                 response = renewal.renew(self._client.renew)
-            except OpregError as error:
+            except Exception as error:  # noqa: BLE001 - any error but a transient one loses the lease
                 if renewal.failed(error):
                     return
             else:
@@ -144,30 +149,36 @@ class Client(_rpc.ClientBase[grpc.Channel]):
         owner: str | None = None,
         execution_id: str = "",
         lease_ttl: Seconds = 30.0,
-        deadline: Seconds = 60.0,
+        deadline: Seconds = 120.0,
         retry_policy: pb.RetryPolicy | None = None,
         compensates: str = "",
         renew_interval: Seconds | None = None,
         rpc_timeout: Seconds = 10.0,
         poll_interval: Seconds = 1.0,
         retry_transient: bool = True,
-        transport_backoff: tuple[float, float] = (0.05, 2.0),
+        transport_backoff: tuple[float, float] = (0.1, 5.0),
     ) -> Result:
-        """Runs ``work(lease)`` at most once per recorded outcome of the operation.
+        """Runs ``work(lease)`` at most once per recorded outcome of the operation,
+        by the run-once protocol (client/PROTOCOL.md; the package README).
 
-        See the package README for the full contract. In short: REPLAYED returns
-        the stored :class:`Result` (``replayed=True``) or raises the stored
-        :class:`BusinessFailure`; IN_PROGRESS / RETRY_LATER wait and claim again
-        within ``deadline`` seconds (else :class:`DeadlineExceeded`); DEAD raises
-        :class:`OperationDead`; RECONCILE calls ``reconcile(lease, remote_ref)``.
+        REPLAYED returns the stored :class:`Result` (``replayed=True``) or raises
+        the stored :class:`BusinessFailure`; IN_PROGRESS / RETRY_LATER wait and
+        claim again within ``deadline`` seconds (default 120; else
+        :class:`DeadlineExceeded`); DEAD raises :class:`OperationDead`, HELD
+        :class:`OperationHeld`; RECONCILE calls ``reconcile(lease, remote_ref)``
+        (without it: the lease is handed back and :class:`ReconcileRequired`).
         ``work`` returns bytes (or ``(bytes, result_ref)``, or None) or raises
-        :class:`BusinessError` / :class:`TransientError` / :class:`SentButUnconfirmed`;
-        any other exception is reported retryable and re-raised. While it runs the
-        lease is renewed every ``renew_interval`` (default ``lease_ttl / 3``); if
-        it is lost, ``lease.lost`` turns true and :class:`LeaseLost` is raised
-        without Complete. With ``retry_transient`` (default) a recorded
-        TransientError, or a SentButUnconfirmed when ``reconcile`` is given, is
-        followed by another Claim within the deadline; otherwise it is re-raised.
+        :class:`BusinessError` (recorded, raised as BusinessFailure),
+        :class:`TransientError` (recorded retryable, then claimed again; OperationDead
+        once the budget is spent), :class:`SentButUnconfirmed` (recorded unknown;
+        with ``reconcile`` claimed again and reconciled, without it
+        :class:`OutcomeUnknown`); any other exception is recorded retryable and
+        re-raised. While it runs the lease is renewed every ``renew_interval``
+        (default ``lease_ttl / 3``); when a renewal is refused (any error that is
+        not transient) or no renewal succeeded before the lease's local expiry,
+        ``lease.lost`` turns true and :class:`LeaseLost` is raised without
+        Complete. ``retry_transient=False`` re-raises a recorded TransientError
+        instead of claiming again (and a SentButUnconfirmed is OutcomeUnknown).
         ``parameters`` may be a precomputed digest (bytes).
         """
         spec = _run.run_spec(
@@ -232,11 +243,8 @@ class Client(_rpc.ClientBase[grpc.Channel]):
         """Complete; when its result is in doubt, a Lookup decides."""
         try:
             return self._retry(attempt.complete(self.complete, lease))
-        except StaleFencingToken as stale:
-            raise lease._lose(stale) from stale
         except OpregError as error:
-            if not attempt.in_doubt(error):
-                raise
+            attempt.complete_failed(lease, error)  # raises unless the report is in doubt
             try:
                 looked: pb.LookupResponse | None = self._retry(attempt.lookup(self.lookup, error))
             except OpregError:
@@ -323,8 +331,12 @@ class Worker(_worker.WorkerBase[Lease]):
         if execution is None:
             return
         lease = Lease(self._client, **execution.attempt.lease_fields)
+        context = contextvars.copy_context()  # run's caller's (its trace context, say)
         thread = threading.Thread(
-            target=self._run_operation, args=(execution, lease), name=f"opreg-worker-{lease.fencing_token}", daemon=True
+            target=context.run,
+            args=(self._run_operation, execution, lease),
+            name=f"opreg-worker-{lease.fencing_token}",
+            daemon=True,
         )
         with self._wake:
             self._in_flight[lease] = thread

@@ -9,21 +9,31 @@ without an ErrorInfo, by the status code).
 retry them (with backoff, and never sooner than a ``google.rpc.RetryInfo`` the
 server sent, see :attr:`OpregError.retry_delay`); nothing else is retried.
 
-The :mod:`opreg.run_once` helper adds its own errors: :class:`DeadlineExceeded`,
+The reasons and the metadata keys are those of ``proto/opreg/v1/errors.proto``
+(:class:`ErrorReason`, :class:`ErrorMetadataKey`): a reason travels as its
+enum value's name without ``ERROR_REASON_`` (:func:`reason_name`), a metadata
+key as its name without ``ERROR_METADATA_KEY_`` in lowerCamelCase
+(:func:`metadata_key`). Every reason maps to a class here
+(:data:`CLASS_BY_REASON`) and every metadata key to the property that reads it
+(:data:`METADATA_READERS`); the tests fail when the contract adds one that is
+not mapped.
+
+The run-once helper adds its own errors: :class:`DeadlineExceeded`,
 :class:`OperationDead`, :class:`OperationHeld`, :class:`LeaseLost`,
-:class:`ReconcileRequired`.
+:class:`OutcomeUnknown`, :class:`OutcomeNotRecorded`, :class:`ReconcileRequired`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from ._gen.v1 import registry_pb2
+from ._gen.v1 import errors_pb2, registry_pb2
+from ._gen.v1.errors_pb2 import ErrorMetadataKey, ErrorReason
 
 __all__ = [
     "ERROR_DOMAIN",
@@ -53,11 +63,44 @@ __all__ = [
     "OperationDead",
     "OperationHeld",
     "LeaseLost",
+    "OutcomeUnknown",
+    "OutcomeNotRecorded",
     "ReconcileRequired",
+    "ErrorReason",
+    "ErrorMetadataKey",
+    "reason_name",
+    "metadata_key",
+    "is_transient",
     "from_rpc_error",
 ]
 
 ERROR_DOMAIN = "opreg"
+
+
+def reason_name(reason: ErrorReason) -> str:
+    """The ``ErrorInfo.reason`` string of an :class:`ErrorReason` value
+    (``ERROR_REASON_PARAMETER_CONFLICT`` travels as ``"PARAMETER_CONFLICT"``)."""
+    return ErrorReason.Name(reason).removeprefix("ERROR_REASON_")
+
+
+def metadata_key(key: ErrorMetadataKey) -> str:
+    """The ``ErrorInfo.metadata`` key of an :class:`ErrorMetadataKey` value
+    (``ERROR_METADATA_KEY_STORED_DIGEST`` travels as ``"storedDigest"``)."""
+    first, *rest = ErrorMetadataKey.Name(key).removeprefix("ERROR_METADATA_KEY_").lower().split("_")
+    return first + "".join(word.capitalize() for word in rest)
+
+
+def _parse_reason(text: str) -> ErrorReason | None:
+    """The :class:`ErrorReason` an ``ErrorInfo.reason`` names; ``None`` for one
+    this client does not know (or the empty reason)."""
+    if not text:
+        return None
+    try:
+        reason = ErrorReason.Value("ERROR_REASON_" + text)
+    except ValueError:
+        return None
+    return None if reason == errors_pb2.ERROR_REASON_UNSPECIFIED else cast(ErrorReason, reason)
+
 
 # What tonic's server-side timer answers (CANCELLED) when the caller's deadline
 # passes inside a server that does not answer DEADLINE_EXCEEDED itself.
@@ -88,6 +131,10 @@ class OpregError(Exception):
         self.metadata: dict[str, str] = dict(metadata or {})
         self.details: list[Any] = list(details or [])
 
+    def _meta(self, key: ErrorMetadataKey, default: str = "") -> str:
+        """The value of an ``ErrorInfo`` metadata key (``default`` when absent)."""
+        return self.metadata.get(metadata_key(key), default)
+
     def __str__(self) -> str:
         label = self.reason or (self.code.name if self.code is not None else "")
         return f"{label}: {self.message}" if label else self.message
@@ -100,7 +147,7 @@ class OpregError(Exception):
         for detail in self.details:
             if isinstance(detail, error_details_pb2.RetryInfo) and detail.HasField("retry_delay"):
                 delay = detail.retry_delay
-                return max(delay.seconds + delay.nanos / 1e9, 0.0)
+                return max(float(delay.seconds + delay.nanos / 1e9), 0.0)
         return None
 
 
@@ -112,21 +159,26 @@ class ParameterConflict(OpregError):
     def differing_fields(self) -> list[str]:
         """Top-level parameter names whose values differ (empty if unknown,
         e.g. when a digest was sent instead of parameters)."""
-        raw = self.metadata.get("differingFields", "")
+        raw = self._meta(errors_pb2.ERROR_METADATA_KEY_DIFFERING_FIELDS)
         return [name for name in raw.split(",") if name]
 
     @property
+    def differing_fields_truncated(self) -> bool:
+        """True when the server cut :attr:`differing_fields` short."""
+        return self._meta(errors_pb2.ERROR_METADATA_KEY_DIFFERING_FIELDS_TRUNCATED) == "true"
+
+    @property
     def stored_digest(self) -> bytes:
-        return bytes.fromhex(self.metadata.get("storedDigest", ""))
+        return bytes.fromhex(self._meta(errors_pb2.ERROR_METADATA_KEY_STORED_DIGEST))
 
     @property
     def request_digest(self) -> bytes:
-        return bytes.fromhex(self.metadata.get("requestDigest", ""))
+        return bytes.fromhex(self._meta(errors_pb2.ERROR_METADATA_KEY_REQUEST_DIGEST))
 
     @property
     def conflicting_field(self) -> str:
         """``"compensates"`` when the conflict is about ``compensates``."""
-        return self.metadata.get("conflictingField", "")
+        return self._meta(errors_pb2.ERROR_METADATA_KEY_CONFLICTING_FIELD)
 
 
 class StaleFencingToken(OpregError):
@@ -135,11 +187,11 @@ class StaleFencingToken(OpregError):
 
     @property
     def presented_token(self) -> int | None:
-        return _int(self.metadata.get("presentedToken"))
+        return _int(self._meta(errors_pb2.ERROR_METADATA_KEY_PRESENTED_TOKEN))
 
     @property
     def current_token(self) -> int | None:
-        return _int(self.metadata.get("currentToken"))
+        return _int(self._meta(errors_pb2.ERROR_METADATA_KEY_CURRENT_TOKEN))
 
 
 class AlreadyCompleted(OpregError):
@@ -148,7 +200,7 @@ class AlreadyCompleted(OpregError):
 
     @property
     def fencing_token(self) -> int | None:
-        return _int(self.metadata.get("fencingToken"))
+        return _int(self._meta(errors_pb2.ERROR_METADATA_KEY_FENCING_TOKEN))
 
 
 class LeaseNotHeld(OpregError):
@@ -166,7 +218,7 @@ class InvalidTransition(OpregError):
         """The operation's status when the action was refused (an
         ``OperationStatus`` value); ``None`` if the server named none this
         client knows."""
-        name = self.metadata.get("currentStatus", "")
+        name = self._meta(errors_pb2.ERROR_METADATA_KEY_CURRENT_STATUS)
         try:
             return registry_pb2.OperationStatus.Value(name)
         except ValueError:
@@ -175,7 +227,7 @@ class InvalidTransition(OpregError):
     @property
     def held(self) -> bool | None:
         """Whether the operation was held; ``None`` if the server did not say."""
-        return {"true": True, "false": False}.get(self.metadata.get("held", ""))
+        return {"true": True, "false": False}.get(self._meta(errors_pb2.ERROR_METADATA_KEY_HELD))
 
 
 class CompensationError(OpregError):
@@ -195,7 +247,7 @@ class AlreadyCompensated(CompensationError):
 
     @property
     def compensated_by(self) -> str:
-        return self.metadata.get("compensatedBy", "")
+        return self._meta(errors_pb2.ERROR_METADATA_KEY_COMPENSATED_BY)
 
 
 class NotFound(OpregError):
@@ -253,7 +305,7 @@ class RateLimited(Unavailable):
 
     @property
     def calls_per_second(self) -> int | None:
-        return _int(self.metadata.get("callsPerSecond"))
+        return _int(self._meta(errors_pb2.ERROR_METADATA_KEY_CALLS_PER_SECOND))
 
 
 class MessageTooLarge(OpregError):
@@ -265,7 +317,7 @@ class MessageTooLarge(OpregError):
     def limit(self) -> int | None:
         """The largest request message (bytes) the method accepts; ``None`` if
         the server did not say."""
-        return _int(self.metadata.get("limit"))
+        return _int(self._meta(errors_pb2.ERROR_METADATA_KEY_LIMIT))
 
 
 class Unauthenticated(OpregError):
@@ -279,16 +331,16 @@ class PermissionDenied(OpregError):
 
     @property
     def principal(self) -> str:
-        return self.metadata.get("principal", "")
+        return self._meta(errors_pb2.ERROR_METADATA_KEY_PRINCIPAL)
 
     @property
     def namespace(self) -> str:
-        return self.metadata.get("namespace", "")
+        return self._meta(errors_pb2.ERROR_METADATA_KEY_NAMESPACE)
 
     @property
     def role(self) -> str:
         """The role the call needed: ``reader``, ``worker`` or ``admin``."""
-        return self.metadata.get("role", "")
+        return self._meta(errors_pb2.ERROR_METADATA_KEY_ROLE)
 
 
 class InternalError(OpregError):
@@ -336,6 +388,23 @@ class LeaseLost(OpregError):
         self.fencing_token = fencing_token
 
 
+class OutcomeUnknown(OpregError):
+    """The work reported that its request was sent but not confirmed
+    (:class:`opreg.SentButUnconfirmed`); that unknown outcome is recorded
+    (the operation is UNKNOWN, ``remote_ref`` kept) and, with no ``reconcile``
+    callback to find out what happened, ``run_once`` cannot go on. A later
+    ``run_once`` with ``reconcile`` (or an operator) settles it. The cause is
+    the work's :class:`opreg.SentButUnconfirmed`."""
+
+    def __init__(
+        self, message: str, *, remote_ref: str = "", fencing_token: int | None = None, operation: Any = None
+    ) -> None:
+        super().__init__(message)
+        self.remote_ref = remote_ref
+        self.fencing_token = fencing_token
+        self.operation: registry_pb2.Operation | None = operation
+
+
 class OutcomeNotRecorded(OpregError):
     """The work finished but its outcome could not be recorded: Complete kept
     failing (or failed in doubt) and a Lookup found no recorded outcome for the
@@ -357,27 +426,53 @@ class ReconcileRequired(OpregError):
         self.operation: registry_pb2.Operation | None = operation
 
 
-_BY_REASON: dict[str, type[OpregError]] = {
-    "PARAMETER_CONFLICT": ParameterConflict,
-    "STALE_FENCING_TOKEN": StaleFencingToken,
-    "ALREADY_COMPLETED": AlreadyCompleted,
-    "LEASE_NOT_HELD": LeaseNotHeld,
-    "INVALID_TRANSITION": InvalidTransition,
-    "ORIGINAL_OUTCOME_UNKNOWN": OriginalOutcomeUnknown,
-    "NOTHING_TO_COMPENSATE": NothingToCompensate,
-    "ALREADY_COMPENSATED": AlreadyCompensated,
-    "OPERATION_NOT_FOUND": OperationNotFound,
-    "RESOURCE_NOT_FOUND": ResourceNotFound,
-    "INVALID_ARGUMENT": InvalidArgument,
-    "STORE_UNAVAILABLE": Unavailable,
-    "OVERLOADED": Unavailable,
-    "OPERATION_BUSY": OperationBusy,
-    "DEADLINE_EXCEEDED": Unavailable,
-    "MESSAGE_TOO_LARGE": MessageTooLarge,
-    "RATE_LIMITED": RateLimited,
-    "UNAUTHENTICATED": Unauthenticated,
-    "PERMISSION_DENIED": PermissionDenied,
-    "INTERNAL": InternalError,
+# The class of each ErrorReason (exhaustive: tests/test_error_contract.py fails
+# when errors.proto adds a reason that is not here).
+CLASS_BY_REASON: dict[ErrorReason, type[OpregError]] = {
+    errors_pb2.ERROR_REASON_INVALID_ARGUMENT: InvalidArgument,
+    errors_pb2.ERROR_REASON_MESSAGE_TOO_LARGE: MessageTooLarge,
+    errors_pb2.ERROR_REASON_PARAMETER_CONFLICT: ParameterConflict,
+    errors_pb2.ERROR_REASON_STALE_FENCING_TOKEN: StaleFencingToken,
+    errors_pb2.ERROR_REASON_ALREADY_COMPLETED: AlreadyCompleted,
+    errors_pb2.ERROR_REASON_LEASE_NOT_HELD: LeaseNotHeld,
+    errors_pb2.ERROR_REASON_ORIGINAL_OUTCOME_UNKNOWN: OriginalOutcomeUnknown,
+    errors_pb2.ERROR_REASON_NOTHING_TO_COMPENSATE: NothingToCompensate,
+    errors_pb2.ERROR_REASON_ALREADY_COMPENSATED: AlreadyCompensated,
+    errors_pb2.ERROR_REASON_INVALID_TRANSITION: InvalidTransition,
+    errors_pb2.ERROR_REASON_UNAUTHENTICATED: Unauthenticated,
+    errors_pb2.ERROR_REASON_PERMISSION_DENIED: PermissionDenied,
+    errors_pb2.ERROR_REASON_OPERATION_NOT_FOUND: OperationNotFound,
+    errors_pb2.ERROR_REASON_RESOURCE_NOT_FOUND: ResourceNotFound,
+    errors_pb2.ERROR_REASON_STORE_UNAVAILABLE: Unavailable,
+    errors_pb2.ERROR_REASON_OPERATION_BUSY: OperationBusy,
+    errors_pb2.ERROR_REASON_OVERLOADED: Unavailable,
+    errors_pb2.ERROR_REASON_RATE_LIMITED: RateLimited,
+    errors_pb2.ERROR_REASON_DEADLINE_EXCEEDED: Unavailable,
+    errors_pb2.ERROR_REASON_INTERNAL: InternalError,
+}
+
+# The property that reads each ErrorMetadataKey, and the error class it is on
+# (exhaustive, like CLASS_BY_REASON).
+METADATA_READERS: dict[ErrorMetadataKey, tuple[type[OpregError], Any]] = {  # (class, its property)
+    errors_pb2.ERROR_METADATA_KEY_LIMIT: (MessageTooLarge, MessageTooLarge.limit),
+    errors_pb2.ERROR_METADATA_KEY_STORED_DIGEST: (ParameterConflict, ParameterConflict.stored_digest),
+    errors_pb2.ERROR_METADATA_KEY_REQUEST_DIGEST: (ParameterConflict, ParameterConflict.request_digest),
+    errors_pb2.ERROR_METADATA_KEY_DIFFERING_FIELDS: (ParameterConflict, ParameterConflict.differing_fields),
+    errors_pb2.ERROR_METADATA_KEY_DIFFERING_FIELDS_TRUNCATED: (
+        ParameterConflict,
+        ParameterConflict.differing_fields_truncated,
+    ),
+    errors_pb2.ERROR_METADATA_KEY_CONFLICTING_FIELD: (ParameterConflict, ParameterConflict.conflicting_field),
+    errors_pb2.ERROR_METADATA_KEY_PRESENTED_TOKEN: (StaleFencingToken, StaleFencingToken.presented_token),
+    errors_pb2.ERROR_METADATA_KEY_CURRENT_TOKEN: (StaleFencingToken, StaleFencingToken.current_token),
+    errors_pb2.ERROR_METADATA_KEY_FENCING_TOKEN: (AlreadyCompleted, AlreadyCompleted.fencing_token),
+    errors_pb2.ERROR_METADATA_KEY_COMPENSATED_BY: (AlreadyCompensated, AlreadyCompensated.compensated_by),
+    errors_pb2.ERROR_METADATA_KEY_CURRENT_STATUS: (InvalidTransition, InvalidTransition.current_status),
+    errors_pb2.ERROR_METADATA_KEY_HELD: (InvalidTransition, InvalidTransition.held),
+    errors_pb2.ERROR_METADATA_KEY_PRINCIPAL: (PermissionDenied, PermissionDenied.principal),
+    errors_pb2.ERROR_METADATA_KEY_NAMESPACE: (PermissionDenied, PermissionDenied.namespace),
+    errors_pb2.ERROR_METADATA_KEY_ROLE: (PermissionDenied, PermissionDenied.role),
+    errors_pb2.ERROR_METADATA_KEY_CALLS_PER_SECOND: (RateLimited, RateLimited.calls_per_second),
 }
 
 _BY_CODE: dict[grpc.StatusCode, type[OpregError]] = {
@@ -415,10 +510,22 @@ def from_rpc_error(error: grpc.RpcError) -> OpregError:
     if info is not None and info.domain == ERROR_DOMAIN:
         reason = info.reason
         metadata = dict(info.metadata)
-    cls = _BY_REASON.get(reason) or (_BY_CODE.get(code) if code is not None else None)
+    known = _parse_reason(reason)
+    cls = CLASS_BY_REASON.get(known) if known is not None else None
+    if cls is None and code is not None:
+        cls = _BY_CODE.get(code)
     if cls is None and is_server_timeout(code, message):
         cls = Unavailable
     return (cls or OpregError)(message, code=code, reason=reason, metadata=metadata, details=details)
+
+
+def is_transient(error: BaseException) -> bool:
+    """True for the transient errors, the only ones the helpers retry:
+    ``UNAVAILABLE`` (``STORE_UNAVAILABLE``, ``OPERATION_BUSY``, ``OVERLOADED``
+    or the transport), ``DEADLINE_EXCEEDED``, a server's ``CANCELLED``
+    "Timeout expired" and ``RESOURCE_EXHAUSTED``/``RATE_LIMITED`` (not
+    ``MESSAGE_TOO_LARGE``): all of them :class:`Unavailable`."""
+    return isinstance(error, Unavailable)
 
 
 def is_server_timeout(code: grpc.StatusCode | None, message: str) -> bool:
@@ -428,8 +535,8 @@ def is_server_timeout(code: grpc.StatusCode | None, message: str) -> bool:
     return code == grpc.StatusCode.CANCELLED and message == SERVER_TIMEOUT_MESSAGE
 
 
-def _int(text: str | None) -> int | None:
+def _int(text: str) -> int | None:
     try:
-        return int(text) if text is not None else None
+        return int(text) if text else None
     except ValueError:
         return None
