@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One version for every opreg package, kept in the repository's VERSION file:
 # the Cargo workspace (server, Rust client and CLI, conformance proxy), the
-# Python package and the TypeScript package.
+# Python, TypeScript, Go and Java packages.
 #
 #   client/versions.sh            check that every package carries VERSION (CI)
 #   client/versions.sh 0.2.0      write 0.2.0 to VERSION and into every package
@@ -15,6 +15,10 @@ if [[ $# -eq 1 ]]; then
   sed -i "0,/^version = \".*\"/s//version = \"$1\"/" Cargo.toml
   sed -i "0,/^version = \".*\"/s//version = \"$1\"/" client/python/pyproject.toml
   (cd client/typescript && npm version --no-git-tag-version --allow-same-version "$1" >/dev/null)
+  sed -i "s/^export const VERSION = \".*\";/export const VERSION = \"$1\";/" client/typescript/src/version.ts
+  sed -i "s/^const Version = \".*\"/const Version = \"$1\"/" client/go/version.go
+  # The project's own version: the first <version> after its artifactId.
+  sed -i "/<artifactId>opreg-client<\/artifactId>/,/<version>/s|<version>.*</version>|<version>$1</version>|" client/java/pom.xml
 fi
 
 want="$(tr -d '[:space:]' <VERSION)"
@@ -29,5 +33,8 @@ check "Cargo workspace (Cargo.toml)" "$(sed -n '/^\[workspace.package\]/,/^\[/s/
 check "client/python/pyproject.toml" "$(sed -n 's/^version = "\(.*\)"/\1/p' client/python/pyproject.toml | head -1)"
 check "client/typescript/package.json" "$(node -p 'require("./client/typescript/package.json").version')"
 check "client/typescript/package-lock.json" "$(node -p 'require("./client/typescript/package-lock.json").version')"
+check "client/typescript/src/version.ts" "$(sed -n 's/^export const VERSION = "\(.*\)";/\1/p' client/typescript/src/version.ts)"
+check "client/go/version.go" "$(sed -n 's/^const Version = "\(.*\)"/\1/p' client/go/version.go)"
+check "client/java/pom.xml" "$(sed -n '/<artifactId>opreg-client<\/artifactId>/,/<version>/s|.*<version>\(.*\)</version>.*|\1|p' client/java/pom.xml | head -1)"
 if [[ $status -eq 0 ]]; then echo "every package is at version $want"; fi
 exit $status

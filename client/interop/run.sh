@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The three clients interoperate against one running server: an operation
-# completed through one is replayed by the others, each identifying the same
-# parameters its own way (Struct, or a digest computed locally).
+# The five clients interoperate against one running server. In turn, Rust
+# (the CLI), Python, TypeScript, Go and Java each record an operation with the
+# same parameters as a Struct (interop:<language>, result from-<language>),
+# after replaying every operation recorded before theirs by a digest computed
+# locally; at the end the Rust CLI replays the other four by Struct. A replay
+# that executed, or answered another result, fails the run.
 #
 #   client/interop/run.sh ENDPOINT
 #
 # Needs target/debug/opreg (cargo build -p opreg-client), the Python client
-# installed in client/python/.venv and the TypeScript client built in
-# client/typescript/dist (their ci.sh scripts do both).
+# installed in client/python/.venv, the TypeScript client built in
+# client/typescript/dist, Go, and the Java client built in client/java/target
+# (their ci.sh scripts do each).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -21,10 +25,14 @@ opreg complete interop:rust --token "$token" success --result from-rust >/dev/nu
 echo "rust: recorded interop:rust"
 
 address="${endpoint#http://}"
-(cd "$here" && "$repo/client/python/.venv/bin/python" interop.py "$address" "$namespace")
-node "$here/interop.mjs" "$address" "$namespace"
+(cd "$here" && "$repo/client/python/.venv/bin/python" interop.py "$address" "$namespace" rust)
+node "$here/interop.mjs" "$address" "$namespace" rust python
+(cd "$repo/client/go" && go run ./cmd/interop "$address" "$namespace" rust python ts)
+java_classes="$repo/client/java/target"
+java -cp "$java_classes/classes:$java_classes/test-classes:$(cat "$java_classes/classpath.txt")" \
+  dev.opreg.interop.Interop "$address" "$namespace" rust python ts go
 
-for key in interop:python interop:ts; do
+for key in interop:python interop:ts interop:go interop:java; do
   answer=$(opreg claim "$key" --owner rust --params "$params" -o json)
   echo "$answer" | python3 -c '
 import json, sys
@@ -34,5 +42,5 @@ assert answer["outcome"] == "REPLAYED", answer
 assert answer["operation"]["result"] == expected, answer
 ' "$key"
 done
-echo "rust: replayed interop:python and interop:ts"
+echo "rust: replayed interop:python, interop:ts, interop:go and interop:java by Struct"
 echo "interop: ok"

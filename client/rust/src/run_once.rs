@@ -608,8 +608,14 @@ impl RunOnce {
         let unrecorded = || RunError::Unrecorded {
             reason: doubt.to_string(),
         };
-        let Ok(Ok(found)) =
-            tokio::time::timeout(self.call_timeout, self.client.lookup(lookup)).await
+        // The Lookup gets as long as Complete's own time, retried like it.
+        let until = after(self.call_timeout * COMPLETE_ATTEMPTS);
+        let Ok((found, _)) = self
+            .retrying(until, |client| {
+                let lookup = lookup.clone();
+                async move { client.lookup(lookup).await }
+            })
+            .await
         else {
             return Err(unrecorded());
         };

@@ -247,11 +247,12 @@ describe("runOnce", () => {
 
   test("renewals keep a lease alive past its TTL", T, async () => {
     const k = key("long");
+    // Two and a half TTLs of work; renewals every third of the 2 s TTL leave room for a slow machine.
     const result = await client.runOnce(ns, k, { n: 1 }, async (_lease, signal) => {
-      await sleep(2_500);
+      await sleep(5_000);
       assert.equal(signal.aborted, false);
       return "done";
-    }, { leaseTtlMs: 1_000 });
+    }, { leaseTtlMs: 2_000 });
     assert.equal(result.text, "done");
     const found = await client.lookup({ namespace: ns, operationKey: k, includeExecutions: true });
     assert.equal(found.executions.length, 1);

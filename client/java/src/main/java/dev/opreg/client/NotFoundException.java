@@ -1,0 +1,23 @@
+package dev.opreg.client;
+
+import com.google.protobuf.Message;
+import io.grpc.Status;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * {@code NOT_FOUND}: no such operation or resource.
+ */
+public class NotFoundException extends OpregException {
+  private static final long serialVersionUID = 1L;
+
+  public NotFoundException(
+      String message,
+      Throwable cause,
+      Status.Code code,
+      String reason,
+      Map<String, String> metadata,
+      List<Message> details) {
+    super(message, cause, code, reason, metadata, details);
+  }
+}
