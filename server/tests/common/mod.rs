@@ -44,11 +44,23 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Config)) -> TestApp {
     config.listen_addr = "127.0.0.1:0".parse().unwrap();
     config.metrics_addr = "127.0.0.1:0".parse().unwrap();
     configure(&mut config);
-    let pool = store::connect(db_options.clone(), &config.pool_settings())
-        .await
-        .unwrap();
+    let pool = first_connection(&db_options, &config).await;
     store::MIGRATOR.run(&pool).await.unwrap();
     serve(&config, pool, db_options).await
+}
+
+/// The server's pool over a database just created. Its first connection may
+/// take longer than the server's short acquire timeout on a loaded machine
+/// (the cluster has just started, or just copied the template), so that one
+/// wait alone is retried.
+async fn first_connection(options: &PgConnectOptions, config: &Config) -> PgPool {
+    let mut attempts = 0;
+    loop {
+        match store::connect(options.clone(), &config.pool_settings()).await {
+            Err(sqlx::Error::PoolTimedOut) if attempts < 5 => attempts += 1,
+            connected => return connected.unwrap(),
+        }
+    }
 }
 
 /// The real server over a database that cannot be reached: nothing listens on
