@@ -2,20 +2,20 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 #[derive(Debug)]
 pub(crate) struct CallLog {
+    path: PathBuf,
     file: Mutex<File>,
-    lines: Mutex<Vec<String>>,
 }
 
 impl CallLog {
     pub(crate) fn create(path: &Path) -> std::io::Result<Self> {
         Ok(Self {
+            path: path.to_owned(),
             file: Mutex::new(File::create(path)?),
-            lines: Mutex::default(),
         })
     }
 
@@ -23,13 +23,14 @@ impl CallLog {
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
         // A log that cannot be written fails the scenario by its missing lines.
         let _ = writeln!(file, "{line}").and_then(|()| file.flush());
-        self.lines
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(line);
     }
 
+    /// Every line written so far, read back from the file.
     pub(crate) fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        std::fs::read_to_string(&self.path)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
     }
 }

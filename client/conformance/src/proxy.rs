@@ -137,18 +137,17 @@ impl Relay {
         F: FnOnce(OperationRegistryClient<Channel>, Request<Req>) -> Fut + Send + 'static,
         Fut: Future<Output = Result<Response<Resp>, Status>> + Send,
     {
-        let mut outgoing = Request::new(());
+        let (incoming, _, message) = request.into_parts();
+        let mut request = Request::new(message);
         for header in FORWARDED_HEADERS {
-            if let Some(value) = request.metadata().get(*header) {
+            if let Some(value) = incoming.get(*header) {
                 if *header == "traceparent" {
                     let value = value.to_str().unwrap_or("(not ascii)");
                     self.log.write(format!("# {method} traceparent={value}"));
                 }
-                outgoing.metadata_mut().insert(*header, value.clone());
+                request.metadata_mut().insert(*header, value.clone());
             }
         }
-        let (metadata, extensions, _) = outgoing.into_parts();
-        let request = Request::from_parts(metadata, extensions, request.into_inner());
         let rule = self.faults.next(method);
         let relay = self.clone();
         let task = self.in_flight.spawn(async move {
