@@ -107,6 +107,14 @@ pub struct Config {
     #[arg(long, env = "OPREG_CLAIM_BATCH_MAX", default_value_t = 128)]
     pub claim_batch_max: usize,
 
+    /// Tasks that record the reports of lease holders, each a batch at a time on one pooled connection.
+    #[arg(long, env = "OPREG_COMPLETE_WRITERS", default_value_t = 4)]
+    pub complete_writers: usize,
+
+    /// Most reports recorded together in one statement.
+    #[arg(long, env = "OPREG_COMPLETE_BATCH_MAX", default_value_t = 128)]
+    pub complete_batch_max: usize,
+
     /// How long a terminal result answers replays from this process's memory; 0s turns it off.
     #[arg(long, env = "OPREG_REPLAY_CACHE_TTL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub replay_cache_ttl: Duration,
@@ -356,14 +364,20 @@ impl Config {
         if self.pool_max_connections == 0 {
             return Err("the pool needs at least one connection".into());
         }
-        if self.claim_writers == 0 || self.claim_writers >= self.pool_max_connections as usize {
+        if self.claim_writers == 0
+            || self.complete_writers == 0
+            || self.claim_writers + self.complete_writers >= self.pool_max_connections as usize
+        {
             return Err(
-                "the claim writers must be at least one and fewer than the pool's connections"
+                "the claim and complete writers must be at least one each and together fewer \
+                 than the pool's connections"
                     .into(),
             );
         }
-        if self.claim_batch_max == 0 || self.claim_batch_max > 1000 {
-            return Err("the claim batch limit must lie between 1 and 1000".into());
+        if !(1..=1000).contains(&self.claim_batch_max)
+            || !(1..=1000).contains(&self.complete_batch_max)
+        {
+            return Err("the claim and complete batch limits must lie between 1 and 1000".into());
         }
         if self.maintenance_interval.is_zero() || self.maintenance_batch_size == 0 {
             return Err("the maintenance interval and batch size must be positive".into());
@@ -481,11 +495,18 @@ impl Config {
         }
     }
 
-    pub fn gather_settings(&self) -> GatherSettings {
-        GatherSettings {
-            writers: self.claim_writers,
-            max_batch: self.claim_batch_max,
-        }
+    /// How Claims, then reports, are gathered.
+    pub fn gather_settings(&self) -> (GatherSettings, GatherSettings) {
+        (
+            GatherSettings {
+                writers: self.claim_writers,
+                max_batch: self.claim_batch_max,
+            },
+            GatherSettings {
+                writers: self.complete_writers,
+                max_batch: self.complete_batch_max,
+            },
+        )
     }
 
     pub fn replay_settings(&self) -> ReplaySettings {

@@ -157,27 +157,12 @@ async fn many_concurrent_claims_register_each_key_once() {
 /// 50 new keys at once. Their statements insert in key order, so they wait on
 /// each other's new rows in one order: PostgreSQL reports no deadlock.
 async fn replicas_gathering_the_same_keys_never_deadlock() {
-    let first =
-        spawn_app_with(|config| config.pool_acquire_timeout = Duration::from_secs(30)).await;
-    let mut config = opreg_server::config::Config::defaults();
-    config.listen_addr = "127.0.0.1:0".parse().unwrap();
-    config.metrics_addr = "127.0.0.1:0".parse().unwrap();
-    config.pool_acquire_timeout = Duration::from_secs(30);
-    let pool = opreg_server::store::connect(first.db_options.clone(), &config.pool_settings())
-        .await
-        .unwrap();
-    let second = serve(&config, pool, first.db_options.clone()).await;
+    let (first, second) = two_patient_replicas().await;
 
     let clients = [first.client.clone(), second.client.clone()];
     claim_concurrently(&clients, 50, 16).await;
     assert_eq!(first.count("SELECT count(*) FROM operations").await, 50);
-    let deadlocks: i64 = sqlx::query_scalar(
-        "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
-    )
-    .fetch_one(&first.db)
-    .await
-    .unwrap();
-    assert_eq!(deadlocks, 0);
+    assert_eq!(first.deadlocks().await, 0);
 }
 
 /// Claims each of `keys` new keys `per_key` times at once, spread over

@@ -52,7 +52,7 @@ struct Args {
     #[arg(long, default_value_t = 1.0)]
     hit_rate: f64,
 
-    /// `batch-claim`: claims per BatchClaim call (1 to 1000).
+    /// `batch-claim` and `batch-lifecycle`: claims per BatchClaim call (1 to 1000).
     #[arg(long, default_value_t = 32)]
     batch: usize,
 
@@ -75,6 +75,11 @@ struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+
+    /// Once set up, print `prepared` on stderr and wait for a line on stdin
+    /// before the clock starts, so a harness can measure the run alone.
+    #[arg(long)]
+    wait_before_start: bool,
 }
 
 /// Without `--calls` or `--duration`, a run stops after this many calls.
@@ -142,6 +147,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         )
         .await?,
     );
+    if args.wait_before_start {
+        eprintln!("prepared");
+        tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new())).await??;
+    }
     let mode = match args.rate {
         Some(rate) => drive::Mode::Open { rate },
         None => drive::Mode::Closed,

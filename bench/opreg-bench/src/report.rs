@@ -36,6 +36,7 @@ impl<'a> Summary<'a> {
         match self.scenario {
             Scenario::Lifecycle => 2 * self.tally.calls,
             Scenario::ClaimDue => self.tally.calls + self.tally.operations(),
+            Scenario::BatchLifecycle => 2 * self.tally.calls,
             _ => self.tally.calls,
         }
     }

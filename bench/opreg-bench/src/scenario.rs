@@ -36,6 +36,9 @@ pub enum Scenario {
     ClaimDue,
     /// BatchClaim of `--batch` new keys per call: one call is that many operations.
     BatchClaim,
+    /// BatchClaim of `--batch` new keys, then one BatchComplete of them all
+    /// with a success: one call is that many operations, each claimed and completed.
+    BatchLifecycle,
 }
 
 impl Scenario {
@@ -49,6 +52,7 @@ impl Scenario {
             Scenario::HotKey => "hot-key",
             Scenario::ClaimDue => "claim-due",
             Scenario::BatchClaim => "batch-claim",
+            Scenario::BatchLifecycle => "batch-lifecycle",
         }
     }
 }
@@ -119,7 +123,11 @@ impl Target {
                     .complete_many(clients, concurrency, calls, "due", retry)
                     .await?;
             }
-            Scenario::NewKeys | Scenario::Lifecycle | Scenario::HotKey | Scenario::BatchClaim => {}
+            Scenario::NewKeys
+            | Scenario::Lifecycle
+            | Scenario::HotKey
+            | Scenario::BatchClaim
+            | Scenario::BatchLifecycle => {}
         }
         Ok(target)
     }
@@ -220,7 +228,8 @@ impl Target {
                 }
             }
             Scenario::ClaimDue => return self.drain_due(stub).await,
-            Scenario::BatchClaim => return self.batch_claim(stub).await,
+            Scenario::BatchClaim => return self.batch_claim(stub).await.0,
+            Scenario::BatchLifecycle => return self.batch_lifecycle(stub).await,
         };
         vec![answered.unwrap_or_else(|status| refusal(&status))]
     }
@@ -239,19 +248,30 @@ impl Target {
         Ok(outcome_name(claimed.outcome()))
     }
 
-    /// One BatchClaim of new keys: an answer per claim.
-    async fn batch_claim(&self, stub: &mut OperationRegistryClient<Transport>) -> Vec<Answer> {
-        let claims = (0..self.batch)
-            .map(|_| self.claim_request(&self.new_key(), "bench", "same"))
+    /// One BatchClaim of new keys: an answer per claim, and the leases granted
+    /// as (key, token).
+    async fn batch_claim(
+        &self,
+        stub: &mut OperationRegistryClient<Transport>,
+    ) -> (Vec<Answer>, Vec<(String, u64)>) {
+        let keys: Vec<String> = (0..self.batch).map(|_| self.new_key()).collect();
+        let claims = keys
+            .iter()
+            .map(|key| self.claim_request(key, "bench", "same"))
             .collect();
         let results = match stub.batch_claim(pb::BatchClaimRequest { claims }).await {
             Ok(response) => response.into_inner().results,
-            Err(status) => return vec![refusal(&status)],
+            Err(status) => return (vec![refusal(&status)], Vec::new()),
         };
-        results
+        let mut leases = Vec::with_capacity(results.len());
+        let answers = results
             .into_iter()
-            .map(|result| match result.result {
+            .zip(keys)
+            .map(|(result, key)| match result.result {
                 Some(pb::batch_claim_result::Result::Claim(claimed)) => {
+                    if let Some(lease) = &claimed.lease {
+                        leases.push((key, lease.fencing_token));
+                    }
                     outcome_name(claimed.outcome())
                 }
                 Some(pb::batch_claim_result::Result::Error(status)) => {
@@ -259,7 +279,43 @@ impl Target {
                 }
                 None => "EMPTY".to_owned(),
             })
-            .collect()
+            .collect();
+        (answers, leases)
+    }
+
+    /// One BatchClaim of new keys and one BatchComplete of every lease it
+    /// granted: an answer per key, its Complete's when it got that far.
+    async fn batch_lifecycle(&self, stub: &mut OperationRegistryClient<Transport>) -> Vec<Answer> {
+        let (mut answers, leases) = self.batch_claim(stub).await;
+        if leases.is_empty() {
+            return answers;
+        }
+        let completions = leases
+            .into_iter()
+            .map(|(operation_key, fencing_token)| pb::CompleteRequest {
+                namespace: self.namespace.clone(),
+                operation_key,
+                fencing_token,
+                outcome: Some(success()),
+            })
+            .collect();
+        let request = pb::BatchCompleteRequest { completions };
+        let results = match stub.batch_complete(request).await {
+            Ok(response) => response.into_inner().results,
+            Err(status) => return vec![refusal(&status); answers.len()],
+        };
+        let completed = results.into_iter().map(|result| match result.result {
+            Some(pb::batch_complete_result::Result::Completed(_)) => "SUCCEEDED".to_owned(),
+            Some(pb::batch_complete_result::Result::Error(status)) => {
+                format!("{:?}", tonic::Code::from(status.code))
+            }
+            None => "EMPTY".to_owned(),
+        });
+        let acquired = answers.iter_mut().filter(|answer| *answer == "ACQUIRED");
+        for (answer, completed) in acquired.zip(completed) {
+            *answer = completed;
+        }
+        answers
     }
 
     /// One ClaimDue and a Complete of each operation it handed out.

@@ -54,6 +54,13 @@ pub struct CompleteCommand {
     pub report: Report,
 }
 
+impl CompleteCommand {
+    /// The operation's identity, (namespace, key), as a map key.
+    pub fn identity(&self) -> (&str, &str) {
+        (self.namespace.as_str(), self.operation_key.as_str())
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct RenewCommand {
     pub namespace: Namespace,

@@ -19,9 +19,11 @@ pub const MAX_BYTES: usize = 16 << 20;
 /// statements, which hold one connection for many claims.
 pub const CLAIMS_IN_FLIGHT: usize = 256;
 
-/// Completes of one call in flight at once: each holds a pooled connection,
-/// and one call must not take the whole pool from other callers.
-pub const COMPLETES_IN_FLIGHT: usize = 8;
+/// Completes of one call in flight at once: enough to fill recording
+/// statements. A report the statement does not record (a stale token, a
+/// repeat) decides on a pooled connection of its own, and one call must not
+/// take the whole pool from other callers.
+pub const COMPLETES_IN_FLIGHT: usize = 64;
 
 /// Answers `items` with `one`, at most `in_flight` at a time, each answer
 /// made a result with `answered` or `refused`, in the items' order. An empty

@@ -73,7 +73,7 @@ impl Registry {
         {
             return Ok(answer);
         }
-        let observed = match self.gatherer.register(claim).await? {
+        let observed = match self.claims.submit(claim.clone()).await? {
             Some(Registration::Registered(answer)) => return Ok(answer),
             Some(Registration::Exists(observed)) => observed,
             None => {

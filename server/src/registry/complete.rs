@@ -1,5 +1,8 @@
 //! Complete: one guarded statement records the report while the token is the
 //! current lease; when it records nothing, the stored state decides the answer.
+//! A report that needs nothing stored is recorded in a statement shared with
+//! concurrent reports ([`super::gather::Reports`]); a retryable failure, whose
+//! next state depends on the attempts and the budget, decides first.
 
 use std::ops::ControlFlow;
 
@@ -22,17 +25,23 @@ const RECORD_ATTEMPTS: usize = 3;
 
 impl Registry {
     pub async fn complete(&self, command: &CompleteCommand) -> Result<Operation> {
+        if let Some(transition) = command.report.settled_transition() {
+            // For the current holder that shared statement is the whole Complete.
+            if let Some(recorded) = self.reports.submit(command.clone()).await? {
+                counted(command, transition, &recorded);
+                return Ok(recorded);
+            }
+        }
         self.run(async |db| complete_on(db, command).await).await
     }
 }
 
+/// Decides from the stored state, then records what it decided.
 async fn complete_on(
     connection: &mut PgConnection,
     command: &CompleteCommand,
 ) -> Result<Operation> {
-    // A report whose transition needs nothing stored is recorded at once: for
-    // the current holder that one statement is the whole Complete.
-    let mut transition = command.report.settled_transition();
+    let mut transition = None;
     for _ in 0..RECORD_ATTEMPTS {
         if let Some(transition) = transition
             && let Some(recorded) = record(connection, command, transition).await?
@@ -53,20 +62,19 @@ async fn record(
     command: &CompleteCommand,
     transition: Transition,
 ) -> Result<Option<Operation>> {
-    let recorded = operations::record_outcome(
-        &mut *connection,
-        &command.namespace,
-        &command.operation_key,
-        command.fencing_token,
-        &command.report,
-        transition,
-    )
-    .await?;
+    let recorded = operations::record_outcomes(&mut *connection, &[(command, transition)])
+        .await?
+        .pop()
+        .flatten();
     if let Some(operation) = &recorded {
-        metrics::completion(&command.namespace, report_label(&command.report));
-        metrics::finished(&command.namespace, transition.status, operation.attempts);
+        counted(command, transition, operation);
     }
     Ok(recorded)
+}
+
+fn counted(command: &CompleteCommand, transition: Transition, recorded: &Operation) {
+    metrics::completion(&command.namespace, report_label(&command.report));
+    metrics::finished(&command.namespace, transition.status, recorded.attempts);
 }
 
 /// Decides from the stored operation and the execution the token started:

@@ -23,7 +23,7 @@ use crate::domain::operation::{Lease, Operation};
 use crate::domain::policy::PerNamespace;
 use crate::store::{Sessions, StoreHealth};
 use crate::telemetry::metrics;
-use gather::Gatherer;
+use gather::{Claims, Gatherer, Reports};
 use replays::Replays;
 
 pub use claim::ClaimAnswer;
@@ -42,23 +42,27 @@ pub struct Registry {
     /// as ClaimDue hands them out; `None` for no cap.
     retry_caps: Arc<PerNamespace<Option<u32>>>,
     /// Where ordinary Claims are registered together.
-    gatherer: Gatherer,
+    claims: Gatherer<Claims>,
+    /// Where the reports of current lease holders are recorded together.
+    reports: Gatherer<Reports>,
     /// Terminal results that answer replays without a statement.
     replays: Replays,
 }
 
 impl Registry {
-    /// Starts the claim writers, so it must be called on a Tokio runtime.
+    /// Starts the claim and report writers, so it must be called on a Tokio
+    /// runtime.
     pub fn new(
         sessions: Sessions,
         store: Arc<StoreHealth>,
         retry_caps: PerNamespace<Option<u32>>,
-        gather: GatherSettings,
+        (claims, reports): (GatherSettings, GatherSettings),
         replays: ReplaySettings,
         retention: PerNamespace<Option<Duration>>,
     ) -> Self {
         Self {
-            gatherer: Gatherer::start(sessions.clone(), Arc::clone(&store), gather),
+            claims: Gatherer::start(sessions.clone(), Arc::clone(&store), claims),
+            reports: Gatherer::start(sessions.clone(), Arc::clone(&store), reports),
             replays: Replays::new(replays, retention),
             sessions,
             store,

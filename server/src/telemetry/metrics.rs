@@ -52,6 +52,7 @@ pub const POOL_CONNECTIONS: &str = "opreg_db_pool_connections";
 pub const POOL_WAITING: &str = "opreg_db_pool_waiting";
 pub const QUERY_DURATION: &str = "opreg_db_query_duration_seconds";
 pub const CLAIM_BATCH_SIZE: &str = "opreg_claim_batch_size";
+pub const COMPLETE_BATCH_SIZE: &str = "opreg_complete_batch_size";
 pub const REPLAY_CACHE_HITS: &str = "opreg_replay_cache_hits_total";
 
 const ATTEMPT_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0];
@@ -94,6 +95,9 @@ pub fn install(namespace_cap: usize, allowlist: &[String]) -> Result<PrometheusH
         })
         .and_then(|b| {
             b.set_buckets_for_metric(Matcher::Full(CLAIM_BATCH_SIZE.into()), BATCH_BUCKETS)
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full(COMPLETE_BATCH_SIZE.into()), BATCH_BUCKETS)
         })
         .map_err(|error| error.to_string())?
         .build_recorder();
@@ -296,6 +300,11 @@ fn describe() {
         Unit::Count,
         "Claims registered or read together in one statement."
     );
+    describe_histogram!(
+        COMPLETE_BATCH_SIZE,
+        Unit::Count,
+        "Reports of current lease holders recorded together in one statement."
+    );
     describe_counter!(
         REPLAY_CACHE_HITS,
         Unit::Count,
@@ -444,6 +453,10 @@ pub fn query(name: &'static str, seconds: f64) {
 
 pub fn claim_batch(claims: usize) {
     histogram!(CLAIM_BATCH_SIZE).record(claims as f64);
+}
+
+pub fn complete_batch(reports: usize) {
+    histogram!(COMPLETE_BATCH_SIZE).record(reports as f64);
 }
 
 pub fn replay_cache_hit(namespace: &str) {

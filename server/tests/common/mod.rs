@@ -195,6 +195,12 @@ impl TestApp {
         RowLock(connection)
     }
 
+    /// Deadlocks PostgreSQL has detected in this database.
+    pub async fn deadlocks(&self) -> i64 {
+        self.count("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+            .await
+    }
+
     /// Another client with its own HTTP/2 connection.
     pub async fn new_client(&self) -> Client {
         opreg_client::connect(self.endpoint.clone()).await.unwrap()
@@ -644,4 +650,20 @@ pub async fn scrape(addr: std::net::SocketAddr) -> Scrape {
         series,
         text: body.to_owned(),
     }
+}
+
+/// Two replicas over one new database, each waiting up to 30 s for a pooled
+/// connection, so that a heavy race is refused by nothing but the database.
+pub async fn two_patient_replicas() -> (TestApp, TestApp) {
+    let first =
+        spawn_app_with(|config| config.pool_acquire_timeout = Duration::from_secs(30)).await;
+    let mut config = Config::defaults();
+    config.listen_addr = "127.0.0.1:0".parse().unwrap();
+    config.metrics_addr = "127.0.0.1:0".parse().unwrap();
+    config.pool_acquire_timeout = Duration::from_secs(30);
+    let pool = store::connect(first.db_options.clone(), &config.pool_settings())
+        .await
+        .unwrap();
+    let second = serve(&config, pool, first.db_options.clone()).await;
+    (first, second)
 }

@@ -4,6 +4,7 @@
 //! Every time comes from the database clock, never from this process's.
 
 mod admin;
+mod outcomes;
 mod queue;
 mod retention;
 mod transitions;
@@ -15,13 +16,14 @@ use crate::domain::ids::{FencingToken, Namespace, OperationKey};
 use crate::domain::operation::{Budget, Operation, Status};
 
 pub use admin::{AdminChange, hold, release, requeue, resolve};
+pub use outcomes::{Recording, record_outcomes};
 pub use queue::{
     DueCandidate, due, exhaustion_candidates, list, live_retry_leases, serialize_retry_cap,
 };
 pub use retention::{namespaces_with_finished, oldest_finished_age, purge_finished};
 pub use transitions::{
-    BacklogRow, Registered, Registration, backlog, exhaust, record_outcome, register, renew,
-    restart_first_lease, start_executions,
+    BacklogRow, Registered, Registration, backlog, exhaust, register, renew, restart_first_lease,
+    start_executions,
 };
 
 /// Every column of `operations` a domain record is read from, in one list so
