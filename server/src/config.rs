@@ -364,12 +364,13 @@ impl Config {
         if self.pool_max_connections == 0 {
             return Err("the pool needs at least one connection".into());
         }
-        if self.claim_writers == 0
-            || self.complete_writers == 0
-            || self.claim_writers + self.complete_writers >= self.pool_max_connections as usize
-        {
+        // A writer holds one connection only while it writes a batch, so the
+        // two kinds may together take the whole pool for a moment; each kind
+        // alone must leave room for the calls that are not gathered.
+        let pool = self.pool_max_connections as usize;
+        if !(1..pool).contains(&self.claim_writers) || !(1..pool).contains(&self.complete_writers) {
             return Err(
-                "the claim and complete writers must be at least one each and together fewer \
+                "the claim writers and the complete writers must each be at least one and fewer \
                  than the pool's connections"
                     .into(),
             );
@@ -717,6 +718,17 @@ mod tests {
         let mut config = Config::defaults();
         config.retry_initial_backoff = Duration::from_secs(600);
         assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn each_kind_of_writer_leaves_room_in_the_pool() {
+        let small = Config::parse_from(["opreg-server", "--pool-max-connections", "5"]);
+        assert_eq!(small.validate(), Ok(()));
+        let too_small = Config::parse_from(["opreg-server", "--pool-max-connections", "4"]);
+        assert!(too_small.validate().unwrap_err().contains("writers"));
+        let mut none = Config::defaults();
+        none.complete_writers = 0;
+        assert!(none.validate().is_err());
     }
 
     #[test]

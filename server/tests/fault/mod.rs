@@ -128,8 +128,15 @@ impl Replica {
             .stderr(log)
             .spawn()
             .unwrap();
-        self.child = Some(child);
-        wait_until_listening(self.address);
+        let child = self.child.insert(child);
+        let log = &self.log;
+        wait_until_listening(self.address, || {
+            // A replica that refused its settings says why in its log.
+            child.try_wait().ok().flatten().map(|status| {
+                let log = std::fs::read_to_string(log).unwrap_or_default();
+                format!("a replica exited ({status}) before listening; its log:\n{log}")
+            })
+        });
     }
 
     pub fn kill(&mut self) {
@@ -151,12 +158,17 @@ impl Drop for Replica {
     }
 }
 
-pub fn wait_until_listening(address: SocketAddr) {
+/// Waits for `address` to accept connections; `exited` says why the process
+/// behind it stopped, if it did.
+pub fn wait_until_listening(address: SocketAddr, mut exited: impl FnMut() -> Option<String>) {
     let started = Instant::now();
     while std::net::TcpStream::connect_timeout(&address, Duration::from_millis(100)).is_err() {
+        if let Some(why) = exited() {
+            panic!("{why}");
+        }
         assert!(
             started.elapsed() < Duration::from_secs(60),
-            "a replica did not listen on {address}"
+            "nothing listened on {address}"
         );
         std::thread::sleep(Duration::from_millis(50));
     }

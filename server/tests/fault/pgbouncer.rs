@@ -61,14 +61,17 @@ pidfile = {dir}/pgbouncer.pid
             make_writable_by_all(&dir);
             command.args(["-u", &cluster_user(&cluster.root)]);
         }
-        let child = command
+        let mut child = command
             .arg(dir.join("pgbouncer.ini"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("pgbouncer starts");
-        wait_until_listening(address);
+        wait_until_listening(address, || {
+            let status = child.try_wait().ok().flatten()?;
+            Some(format!("pgbouncer exited ({status}) before listening"))
+        });
         Self { address, child }
     }
 
