@@ -10,6 +10,7 @@
 #   CONCURRENCY=16 SECONDS_PER_PATH=20 bench/side-by-side.sh
 #   SERVER_BIN=/path/to/older/opreg-server bench/side-by-side.sh   # an A/B
 #   JSON=target/side-by-side.json bench/side-by-side.sh             # keep the figures
+#   PROFILE=target/profiles bench/side-by-side.sh   # also a flat perf profile of the server per path
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d /tmp/opreg-side-by-side.XXXXXX)
@@ -24,8 +25,10 @@ if [[ ! -x "$ghz" ]]; then
   GOBIN="$PWD/target/tools" go install github.com/bojand/ghz/cmd/ghz@v0.93.0
 fi
 cargo build --release -q -p opreg-server -p opreg-bench
+[[ -z "${PROFILE:-}" ]] || mkdir -p "$PROFILE"
 
 python3 bench/side_by_side.py --server-bin "${SERVER_BIN:-target/release/opreg-server}" \
   --bench-bin target/release/opreg-bench --ghz-bin "$ghz" --pg-bin "$pg_bin" --work "$work" \
   --port "${PORT:-50561}" --concurrency "${CONCURRENCY:-32}" --seconds "${SECONDS_PER_PATH:-10}" \
-  --batch "${BATCH:-32}" ${JSON:+--json "$JSON"}
+  --batch "${BATCH:-32}" ${JSON:+--json "$JSON"} \
+  ${PROFILE:+--profile "$PROFILE"}

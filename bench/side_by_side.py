@@ -21,6 +21,7 @@ import glob
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -103,10 +104,11 @@ class Machine:
         return (postgres_seconds(self.postmaster), own_seconds(stat_fields(self.server)),
                 generator_seconds, time.monotonic())
 
-    def measure(self, command, operations_of, cwd=None, prepared=False):
+    def measure(self, command, operations_of, cwd=None, prepared=False, profile=None):
         """Runs `command`; returns its parsed output and each process's CPU.
         With `prepared`, the command sets up untimed first and says so on
-        stderr (opreg-bench --wait-before-start): the measuring starts then."""
+        stderr (opreg-bench --wait-before-start): the measuring starts then.
+        With `profile`, perf samples the server into that file meanwhile."""
         started = children_seconds()
         run = subprocess.Popen(command, cwd=cwd, text=True, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, stdin=subprocess.PIPE)
@@ -116,8 +118,16 @@ class Machine:
             if line.strip() != "prepared":
                 sys.exit(f"{command[0]} did not prepare: {line}{run.stderr.read()}")
             before = self.snapshot(started + own_seconds(stat_fields(run.pid)))
+        recorder = None
+        if profile:
+            recorder = subprocess.Popen(["perf", "record", "-F", "999", "-p", str(self.server),
+                                         "-o", profile], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
         stdout, stderr = run.communicate(input="\n")
         after = self.snapshot(children_seconds())
+        if recorder:
+            recorder.send_signal(signal.SIGINT)
+            recorder.wait()
         if run.returncode != 0:
             sys.exit(f"{command[0]} failed ({run.returncode}):\n{stdout}\n{stderr}")
         output, operations = operations_of(stdout)
@@ -130,6 +140,15 @@ class Machine:
             "server_us": spent[1] / operations * 1e6,
             "generator_us": spent[2] / operations * 1e6,
         }
+
+
+def flat_profile(recording, lines=15):
+    """The server's hottest symbols in a perf recording, self time only."""
+    report = subprocess.run(["perf", "report", "-i", recording, "--stdio", "--no-children",
+                             "--sort", "dso,symbol", "--percent-limit", "0.8", "-q"],
+                            capture_output=True, text=True, check=True).stdout
+    rows = [line.strip() for line in report.splitlines() if line.strip()]
+    return rows[:lines]
 
 
 def pgbench_output(stdout):
@@ -184,6 +203,10 @@ def main():
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--json", help="also write every figure here")
+    parser.add_argument("--profile", help="sample the server with perf during each opreg-bench "
+                        "path, keep the recordings in this directory and print a flat profile "
+                        "of each (the sampling costs CPU: compare figures only between runs "
+                        "without it)")
     args = parser.parse_args()
     work, port, metrics_port = args.work, args.port, args.port + 1
     endpoint = f"http://127.0.0.1:{port}"
@@ -225,11 +248,19 @@ def run_paths(args, machine, endpoint):
                    "-T", str(args.seconds), *extra, "-f", os.path.join(work, f"{name}.sql"), "raw"]
         return machine.measure(command, pgbench_output, cwd=work)
 
-    def bench(scenario, *extra, concurrency=args.concurrency):
+    profiles = {}
+
+    def bench(scenario, *extra, concurrency=args.concurrency, profile_as=None):
         command = [args.bench_bin, "--endpoint", endpoint, "--scenario", scenario,
                    "--concurrency", str(concurrency), "--duration", f"{args.seconds}s", "--json",
                    "--wait-before-start", *extra]
-        return machine.measure(command, bench_output, prepared=True)
+        recording = None
+        if args.profile and profile_as:
+            recording = os.path.join(args.profile, f"{profile_as}.perf.data")
+        measured = machine.measure(command, bench_output, prepared=True, profile=recording)
+        if recording:
+            profiles[profile_as] = flat_profile(recording)
+        return measured
 
     def ghz(config):
         command = [os.path.abspath(args.ghz_bin), "--config", config, "-c", str(args.concurrency),
@@ -242,12 +273,14 @@ def run_paths(args, machine, endpoint):
                "cores": os.cpu_count()}
     figures["raw"] = {name: pgbench(name) for name in RAW_SCRIPTS}
     figures["opreg"] = {
-        "new-key": bench("new-keys"),
-        "replay": bench("replay", "--hit-rate", "1"),
-        "lifecycle": bench("lifecycle"),
-        "batch-claim": bench("batch-claim", "--batch", batch),
-        "batch-lifecycle": bench("batch-lifecycle", "--batch", batch),
+        "new-key": bench("new-keys", profile_as="new-key"),
+        "replay": bench("replay", "--hit-rate", "1", profile_as="replay"),
+        "lifecycle": bench("lifecycle", profile_as="lifecycle"),
+        "batch-claim": bench("batch-claim", "--batch", batch, profile_as="batch-claim"),
+        "batch-lifecycle": bench("batch-lifecycle", "--batch", batch,
+                                 profile_as="batch-lifecycle"),
     }
+    figures["profiles"] = profiles
     subprocess.run([args.bench_bin, "--endpoint", endpoint, "--scenario", "replay",
                     "--namespace", "ghz-replay", "--calls", "1", "--concurrency", "1"],
                    check=True, capture_output=True)
@@ -314,6 +347,12 @@ def print_figures(args, figures):
     print(f"open loop at half the peak ({loop['output']['rate']:,}/s, new keys): achieved "
           f"{loop['per_second']:,.0f}/s, p50 {latency['p50']:.1f} ms, p99 {latency['p99']:.1f} ms, "
           f"p99.9 {latency['p99.9']:.1f} ms, max {latency['max']:.1f} ms")
+    for path, rows in figures.get("profiles", {}).items():
+        print()
+        print(f"flat perf profile of opreg-server, {path} (self time, top {len(rows)}):")
+        print("```")
+        print("\n".join(rows))
+        print("```")
 
 
 if __name__ == "__main__":

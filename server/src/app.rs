@@ -45,7 +45,7 @@ pub struct Application {
     maintenance: MaintenanceSettings,
     pool: PgPool,
     /// For the connections that must keep one server connection: the
-    /// maintenance lock's and the gauges'.
+    /// maintenance lock's, the gauges' and the replay notices'.
     session_options: PgConnectOptions,
     gauge_refresh_interval: Duration,
     health_probe_interval: Duration,
@@ -149,6 +149,11 @@ impl Application {
             self.hangups,
             reload::POLL_INTERVAL,
         )));
+        let _follower = AbortOnDrop(tokio::spawn({
+            let registry = self.registry.clone();
+            let options = self.session_options.clone();
+            async move { registry.follow_replay_changes(options).await }
+        }));
         let maintainer = AbortOnDrop(tokio::spawn(maintenance::run_forever(
             self.session_options,
             self.registry,

@@ -115,9 +115,16 @@ pub struct Config {
     #[arg(long, env = "OPREG_COMPLETE_BATCH_MAX", default_value_t = 128)]
     pub complete_batch_max: usize,
 
-    /// How long a terminal result answers replays from this process's memory; 0s turns it off.
-    #[arg(long, env = "OPREG_REPLAY_CACHE_TTL", default_value = "1s", value_parser = humantime::parse_duration)]
+    /// Longest a terminal result answers replays from this process's memory
+    /// (sooner gone when it changes); 0s turns the cache off.
+    #[arg(long, env = "OPREG_REPLAY_CACHE_TTL", default_value = "5m", value_parser = humantime::parse_duration)]
     pub replay_cache_ttl: Duration,
+
+    /// Furthest behind the database a replay from memory may be: the cache
+    /// answers only while this replica's own heartbeat, sent within this
+    /// long, has come back through the change notices.
+    #[arg(long, env = "OPREG_REPLAY_CACHE_STALENESS", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub replay_cache_staleness: Duration,
 
     /// Most memory, in MiB, the kept terminal results take.
     #[arg(long, env = "OPREG_REPLAY_CACHE_MIB", default_value_t = 64)]
@@ -380,6 +387,9 @@ impl Config {
         {
             return Err("the claim and complete batch limits must lie between 1 and 1000".into());
         }
+        if self.replay_cache_staleness < Duration::from_millis(100) {
+            return Err("the replay cache's staleness must be at least 100ms".into());
+        }
         if self.maintenance_interval.is_zero() || self.maintenance_batch_size == 0 {
             return Err("the maintenance interval and batch size must be positive".into());
         }
@@ -513,6 +523,7 @@ impl Config {
     pub fn replay_settings(&self) -> ReplaySettings {
         ReplaySettings {
             lifetime: self.replay_cache_ttl,
+            max_staleness: self.replay_cache_staleness,
             max_bytes: self.replay_cache_mib.saturating_mul(1 << 20),
         }
     }

@@ -1,8 +1,10 @@
 //! Replays of terminal results answered from the server's memory: only
-//! SUCCEEDED and FAILED are kept, only for their lifetime, never when
-//! retention could delete the row meanwhile, and a compensation registered
-//! here is seen at once. One test function, so that this binary's statement
-//! counts are its own.
+//! SUCCEEDED and FAILED are kept, never when retention could delete the row
+//! meanwhile; a compensation registered here is seen at once, and a change
+//! made anywhere else (another replica, a hand edit) as soon as its notice
+//! arrives, long before an entry's lifetime; a lost listening session forgets
+//! everything. One test function, so that this binary's statement counts are
+//! its own.
 
 mod common;
 
@@ -15,7 +17,11 @@ use serde_json::json;
 
 const KEPT: &str = "payments";
 const SHORT_LIVED: &str = "callbacks";
-const LIFETIME: Duration = Duration::from_millis(400);
+/// Long enough that only a notice can explain an entry gone within a test.
+const LIFETIME: Duration = Duration::from_secs(120);
+
+/// Longest a notice may take to arrive here, on a loaded machine.
+const NOTICE_WITHIN: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn terminal_results_replay_from_memory_within_their_bounds() {
@@ -28,6 +34,7 @@ async fn terminal_results_replay_from_memory_within_their_bounds() {
     })
     .await;
     let mut client = app.client.clone();
+    wait_until_following(&app).await;
 
     // A finished key is read once, then replayed with no statement.
     let done = finish(&mut client, KEPT, "order-1").await;
@@ -57,30 +64,22 @@ async fn terminal_results_replay_from_memory_within_their_bounds() {
         "PARAMETER_CONFLICT",
     );
 
-    // The kept answer outlives the row only by its lifetime: deleted behind
-    // the server's back, the key still replays, and then registers anew.
+    // Deleted behind the server's back, the key registers anew once the
+    // deletion's notice arrives, not after the entry's lifetime.
     sqlx::query("DELETE FROM operations WHERE namespace = $1 AND operation_key = 'order-1'")
         .bind(KEPT)
         .execute(&app.db)
         .await
         .unwrap();
-    let remembered = claim(
-        &mut client,
-        claim_request(KEPT, "order-1", "w", json!({"n": 1})),
-    )
+    soon("a deleted record still replays", async || {
+        let again = claim(
+            &mut client.clone(),
+            claim_request(KEPT, "order-1", "w", json!({"n": 1})),
+        )
+        .await;
+        outcome(&again) == ClaimOutcome::Acquired
+    })
     .await;
-    assert_eq!(outcome(&remembered), ClaimOutcome::Replayed);
-    tokio::time::sleep(LIFETIME).await;
-    let fresh = claim(
-        &mut client,
-        claim_request(KEPT, "order-1", "w", json!({"n": 1})),
-    )
-    .await;
-    assert_eq!(
-        outcome(&fresh),
-        ClaimOutcome::Acquired,
-        "an expired entry answered"
-    );
 
     // Unfinished operations are never answered from memory.
     let held = claim(&mut client, claim_request(KEPT, "open", "w", json!({}))).await;
@@ -134,6 +133,139 @@ async fn terminal_results_replay_from_memory_within_their_bounds() {
     )
     .await;
     assert_eq!(original.operation.unwrap().compensated_by, "refund:order-2");
+
+    // A compensation registered on another replica shows on this one's
+    // replays once its notice arrives.
+    let other = replica_of(&app).await;
+    finish(&mut client, KEPT, "order-3").await;
+    let hits_before = hits(&app, KEPT).await;
+    claim(
+        &mut client,
+        claim_request(KEPT, "order-3", "other", json!({"n": 1})),
+    )
+    .await;
+    claim(
+        &mut client,
+        claim_request(KEPT, "order-3", "other", json!({"n": 1})),
+    )
+    .await;
+    assert_eq!(
+        hits(&app, KEPT).await,
+        hits_before + 1.0,
+        "order-3 was not kept"
+    );
+    let refund = pb::ClaimRequest {
+        compensates: "order-3".into(),
+        ..claim_request(KEPT, "refund:order-3", "w", json!({"refund": 1}))
+    };
+    assert_eq!(
+        outcome(&claim(&mut other.client.clone(), refund).await),
+        ClaimOutcome::Acquired
+    );
+    soon("another replica's compensation never showed", async || {
+        let original = claim(
+            &mut client.clone(),
+            claim_request(KEPT, "order-3", "other", json!({"n": 1})),
+        )
+        .await;
+        original.operation.unwrap().compensated_by == "refund:order-3"
+    })
+    .await;
+
+    // A lost listening session may have missed notices: what was kept goes,
+    // and the next replay reads the database.
+    finish(&mut client, KEPT, "order-4").await;
+    for _ in 0..2 {
+        claim(
+            &mut client,
+            claim_request(KEPT, "order-4", "other", json!({"n": 1})),
+        )
+        .await;
+    }
+    let killed = terminate_listeners(&app).await;
+    assert_eq!(killed.len(), 2, "one listening session per replica");
+    wait_for_new_listeners(&app, &killed).await;
+    // Following again once a key finished now is answered from memory.
+    finish(&mut client, KEPT, "order-5").await;
+    let hits_before = hits(&app, KEPT).await;
+    soon("the cache never followed again", async || {
+        claim(
+            &mut client.clone(),
+            claim_request(KEPT, "order-5", "other", json!({"n": 1})),
+        )
+        .await;
+        hits(&app, KEPT).await > hits_before
+    })
+    .await;
+    let statements = registrations(&app).await;
+    claim(
+        &mut client,
+        claim_request(KEPT, "order-4", "other", json!({"n": 1})),
+    )
+    .await;
+    assert_eq!(
+        registrations(&app).await,
+        statements + 1.0,
+        "an entry outlived its listening session"
+    );
+}
+
+/// A second replica over the same database.
+async fn replica_of(app: &TestApp) -> TestApp {
+    let mut config = opreg_server::config::Config::defaults();
+    config.listen_addr = "127.0.0.1:0".parse().unwrap();
+    config.metrics_addr = "127.0.0.1:0".parse().unwrap();
+    config.replay_cache_ttl = LIFETIME;
+    let pool = opreg_server::store::connect(app.db_options.clone(), &config.pool_settings())
+        .await
+        .unwrap();
+    serve(&config, pool, app.db_options.clone()).await
+}
+
+/// Waits until a replica hears its own heartbeats, so replays may be
+/// answered from memory.
+async fn wait_until_following(app: &TestApp) {
+    soon("the cache never followed", async || {
+        scrape(app.metrics_addr)
+            .await
+            .value("opreg_replay_cache_following", &[])
+            == 1.0
+    })
+    .await;
+}
+
+/// Waits until `done` holds, for at most [`NOTICE_WITHIN`].
+async fn soon(failure: &str, mut done: impl AsyncFnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done().await {
+        assert!(started.elapsed() < NOTICE_WITHIN, "{failure}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Ends the replicas' listening sessions on this test's database; their pids.
+async fn terminate_listeners(app: &TestApp) -> Vec<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity, pg_terminate_backend(pid)
+         WHERE datname = current_database() AND application_name = 'opreg-replays'",
+    )
+    .fetch_all(&app.db)
+    .await
+    .unwrap()
+}
+
+async fn wait_for_new_listeners(app: &TestApp, killed: &[i32]) {
+    soon("no listener came back", async || {
+        let listening: Vec<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity
+             WHERE datname = current_database() AND application_name = 'opreg-replays'",
+        )
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+        listening.len() == killed.len() && listening.iter().all(|pid| !killed.contains(pid))
+    })
+    .await;
 }
 
 async fn finish(client: &mut Client, namespace: &str, key: &str) -> pb::Operation {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use sqlx::{Connection, PgConnection};
 
 use super::Registry;
+use super::replays::Kept;
 use crate::domain::claim::{self, ClaimOutcome, ClaimStep};
 use crate::domain::commands::ClaimCommand;
 use crate::domain::error::{RegistryError, Result};
@@ -68,11 +69,13 @@ impl Registry {
             self.replays.forget(&claim.namespace, original);
             return answer;
         }
-        if let Some(kept) = self.replays.get(&claim.namespace, &claim.operation_key)
-            && let Next::Answer(answer) = judge(claim, &kept)?
-        {
-            return Ok(answer);
-        }
+        let ticket = match self.replays.get(&claim.namespace, &claim.operation_key) {
+            Kept::Hit(kept) => match judge(claim, &kept)? {
+                Next::Answer(answer) => return Ok(answer),
+                Next::Transition(_) => None,
+            },
+            Kept::Miss(ticket) => Some(ticket),
+        };
         let observed = match self.claims.submit(claim.clone()).await? {
             Some(Registration::Registered(answer)) => return Ok(answer),
             Some(Registration::Exists(observed)) => observed,
@@ -85,7 +88,9 @@ impl Registry {
                     .await;
             }
         };
-        self.replays.keep(&observed);
+        if let Some(ticket) = ticket {
+            self.replays.keep(&observed, ticket);
+        }
         match judge(claim, &observed)? {
             Next::Answer(answer) => Ok(answer),
             Next::Transition(step) => {

@@ -5,6 +5,7 @@ pub mod audit;
 pub mod executions;
 pub mod leadership;
 pub mod operations;
+pub mod replay_notices;
 pub mod resources;
 pub mod session;
 

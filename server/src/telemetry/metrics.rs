@@ -54,6 +54,7 @@ pub const QUERY_DURATION: &str = "opreg_db_query_duration_seconds";
 pub const CLAIM_BATCH_SIZE: &str = "opreg_claim_batch_size";
 pub const COMPLETE_BATCH_SIZE: &str = "opreg_complete_batch_size";
 pub const REPLAY_CACHE_HITS: &str = "opreg_replay_cache_hits_total";
+pub const REPLAY_CACHE_FOLLOWING: &str = "opreg_replay_cache_following";
 
 const ATTEMPT_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0];
 const BATCH_BUCKETS: &[f64] = &[
@@ -310,6 +311,11 @@ fn describe() {
         Unit::Count,
         "Claims replayed from this process's kept terminal results, without a statement."
     );
+    describe_gauge!(
+        REPLAY_CACHE_FOLLOWING,
+        Unit::Count,
+        "1 while this replica hears its own heartbeats through the change notices, so replays may be answered from memory; else 0."
+    );
 }
 
 /// The label for `namespace`: with an allowlist, itself when listed; without
@@ -461,6 +467,10 @@ pub fn complete_batch(reports: usize) {
 
 pub fn replay_cache_hit(namespace: &str) {
     counter!(REPLAY_CACHE_HITS, "namespace" => namespace_label(namespace)).increment(1);
+}
+
+pub fn replay_cache_following(following: bool) {
+    gauge!(REPLAY_CACHE_FOLLOWING).set(if following { 1.0 } else { 0.0 });
 }
 
 pub fn store_up(up: bool) {
