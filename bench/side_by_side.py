@@ -147,7 +147,13 @@ def flat_profile(recording, lines=15):
     report = subprocess.run(["perf", "report", "-i", recording, "--stdio", "--no-children",
                              "--sort", "dso,symbol", "--percent-limit", "0.8", "-q"],
                             capture_output=True, text=True, check=True).stdout
-    rows = [line.strip() for line in report.splitlines() if line.strip()]
+    rows = []
+    for line in report.splitlines():
+        fields = line.split()
+        while fields and fields[-1] == "-":  # the empty columns perf pads with
+            fields.pop()
+        if fields:
+            rows.append("  ".join(fields[:3]) + " " + " ".join(fields[3:]))
     return rows[:lines]
 
 

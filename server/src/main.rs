@@ -15,6 +15,11 @@ const POOL_CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Small allocations on every call are the server's largest cost outside the
+/// kernel: mimalloc's thread-local free lists serve them cheaper than glibc's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let mut config = Config::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
