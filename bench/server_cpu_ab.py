@@ -20,27 +20,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import urllib.request
 
-TICKS = os.sysconf("SC_CLK_TCK")
+from side_by_side import own_seconds, stat_fields, wait_ready
+
 SECONDS = int(os.environ.get("SECONDS_PER_PATH", "8"))
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
 PATHS = {"replay of one key": "claim-replay.json", "new keys": "claim-new-keys.json"}
-
-
-def server_seconds(pid):
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def wait_ready(metrics_port):
-    for _ in range(600):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz", timeout=1)
-            return
-        except OSError:
-            subprocess.run(["sleep", "0.1"])
-    sys.exit("the server never became ready")
 
 
 def measure(binary, port):
@@ -49,21 +34,23 @@ def measure(binary, port):
     environment = dict(os.environ, OPREG_DATA_DIR=os.path.join(work, "data"),
                        OPREG_LISTEN_ADDR=f"127.0.0.1:{port}",
                        OPREG_METRICS_ADDR=f"127.0.0.1:{port + 1}", RUST_LOG="warn")
-    server = subprocess.Popen([binary], env=environment, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    log = os.path.join(work, "server.log")
+    with open(log, "w") as log_file:
+        server = subprocess.Popen([binary], env=environment, stdout=log_file,
+                                  stderr=subprocess.STDOUT)
     try:
-        wait_ready(port + 1)
+        wait_ready(port + 1, log)
         subprocess.run(["target/release/opreg-bench", "--endpoint", f"http://127.0.0.1:{port}",
                         "--scenario", "replay", "--namespace", "ghz-replay", "--calls", "1",
                         "--concurrency", "1"], check=True, capture_output=True)
         figures = {}
         for path, config in PATHS.items():
-            before = server_seconds(server.pid)
+            before = own_seconds(stat_fields(server.pid))
             ghz = subprocess.run([os.path.abspath("target/tools/ghz"), "--config", config,
                                   "-c", "32", "--connections", "4", "-z", f"{SECONDS}s",
                                   "--format", "json", f"127.0.0.1:{port}"],
                                  cwd="deploy/ghz", capture_output=True, text=True, check=True)
-            spent = server_seconds(server.pid) - before
+            spent = own_seconds(stat_fields(server.pid)) - before
             calls = json.loads(ghz.stdout)["count"]
             figures[path] = (calls / SECONDS, spent / calls * 1e6)
         return figures

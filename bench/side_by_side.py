@@ -278,14 +278,14 @@ def run_paths(args, machine, endpoint):
     figures = {"concurrency": args.concurrency, "seconds": args.seconds, "batch": args.batch,
                "cores": os.cpu_count()}
     figures["raw"] = {name: pgbench(name) for name in RAW_SCRIPTS}
-    figures["opreg"] = {
-        "new-key": bench("new-keys", profile_as="new-key"),
-        "replay": bench("replay", "--hit-rate", "1", profile_as="replay"),
-        "lifecycle": bench("lifecycle", profile_as="lifecycle"),
-        "batch-claim": bench("batch-claim", "--batch", batch, profile_as="batch-claim"),
-        "batch-lifecycle": bench("batch-lifecycle", "--batch", batch,
-                                 profile_as="batch-lifecycle"),
+    paths = {
+        "new-key": ("new-keys",),
+        "replay": ("replay", "--hit-rate", "1"),
+        "lifecycle": ("lifecycle",),
+        "batch-claim": ("batch-claim", "--batch", batch),
+        "batch-lifecycle": ("batch-lifecycle", "--batch", batch),
     }
+    figures["opreg"] = {name: bench(*path, profile_as=name) for name, path in paths.items()}
     figures["profiles"] = profiles
     subprocess.run([args.bench_bin, "--endpoint", endpoint, "--scenario", "replay",
                     "--namespace", "ghz-replay", "--calls", "1", "--concurrency", "1"],

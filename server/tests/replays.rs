@@ -136,7 +136,7 @@ async fn terminal_results_replay_from_memory_within_their_bounds() {
 
     // A compensation registered on another replica shows on this one's
     // replays once its notice arrives.
-    let other = replica_of(&app).await;
+    let other = replica_of(&app, |config| config.replay_cache_ttl = LIFETIME).await;
     finish(&mut client, KEPT, "order-3").await;
     let hits_before = hits(&app, KEPT).await;
     claim(
@@ -208,18 +208,6 @@ async fn terminal_results_replay_from_memory_within_their_bounds() {
         statements + 1.0,
         "an entry outlived its listening session"
     );
-}
-
-/// A second replica over the same database.
-async fn replica_of(app: &TestApp) -> TestApp {
-    let mut config = opreg_server::config::Config::defaults();
-    config.listen_addr = "127.0.0.1:0".parse().unwrap();
-    config.metrics_addr = "127.0.0.1:0".parse().unwrap();
-    config.replay_cache_ttl = LIFETIME;
-    let pool = opreg_server::store::connect(app.db_options.clone(), &config.pool_settings())
-        .await
-        .unwrap();
-    serve(&config, pool, app.db_options.clone()).await
 }
 
 /// Waits until a replica hears its own heartbeats, so replays may be

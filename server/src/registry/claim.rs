@@ -6,7 +6,6 @@ use std::time::Duration;
 use sqlx::{Connection, PgConnection};
 
 use super::Registry;
-use super::replays::Kept;
 use crate::domain::claim::{self, ClaimOutcome, ClaimStep};
 use crate::domain::commands::ClaimCommand;
 use crate::domain::error::{RegistryError, Result};
@@ -69,13 +68,12 @@ impl Registry {
             self.replays.forget(&claim.namespace, original);
             return answer;
         }
-        let ticket = match self.replays.get(&claim.namespace, &claim.operation_key) {
-            Kept::Hit(kept) => match judge(claim, &kept)? {
-                Next::Answer(answer) => return Ok(answer),
-                Next::Transition(_) => None,
-            },
-            Kept::Miss(ticket) => Some(ticket),
-        };
+        let (kept, ticket) = self.replays.get(&claim.namespace, &claim.operation_key);
+        if let Some(kept) = kept
+            && let Next::Answer(answer) = judge(claim, &kept)?
+        {
+            return Ok(answer);
+        }
         let observed = match self.claims.submit(claim.clone()).await? {
             Some(Registration::Registered(answer)) => return Ok(answer),
             Some(Registration::Exists(observed)) => observed,
@@ -88,9 +86,7 @@ impl Registry {
                     .await;
             }
         };
-        if let Some(ticket) = ticket {
-            self.replays.keep(&observed, ticket);
-        }
+        self.replays.keep(&observed, ticket);
         match judge(claim, &observed)? {
             Next::Answer(answer) => Ok(answer),
             Next::Transition(step) => {

@@ -14,7 +14,7 @@ use crate::domain::ids::{Namespace, OperationKey};
 const CHANNEL: &str = "opreg_replays";
 
 /// The name the listening session shows in `pg_stat_activity`.
-pub const APPLICATION_NAME: &str = "opreg-replays";
+const APPLICATION_NAME: &str = "opreg-replays";
 
 /// One notice, as the listener reads it.
 #[derive(Debug, PartialEq, Eq)]
@@ -45,7 +45,6 @@ impl Notices {
         // pooled one. It is never reopened behind this type's back.
         let pool = PgPoolOptions::new()
             .max_connections(1)
-            .min_connections(0)
             .max_lifetime(None)
             .idle_timeout(None)
             .acquire_timeout(timeout)

@@ -655,15 +655,20 @@ pub async fn scrape(addr: std::net::SocketAddr) -> Scrape {
 /// Two replicas over one new database, each waiting up to 30 s for a pooled
 /// connection, so that a heavy race is refused by nothing but the database.
 pub async fn two_patient_replicas() -> (TestApp, TestApp) {
-    let first =
-        spawn_app_with(|config| config.pool_acquire_timeout = Duration::from_secs(30)).await;
+    let patient = |config: &mut Config| config.pool_acquire_timeout = Duration::from_secs(30);
+    let first = spawn_app_with(patient).await;
+    let second = replica_of(&first, patient).await;
+    (first, second)
+}
+
+/// Another replica over `first`'s database; `configure` adjusts the defaults.
+pub async fn replica_of(first: &TestApp, configure: impl FnOnce(&mut Config)) -> TestApp {
     let mut config = Config::defaults();
     config.listen_addr = "127.0.0.1:0".parse().unwrap();
     config.metrics_addr = "127.0.0.1:0".parse().unwrap();
-    config.pool_acquire_timeout = Duration::from_secs(30);
+    configure(&mut config);
     let pool = store::connect(first.db_options.clone(), &config.pool_settings())
         .await
         .unwrap();
-    let second = serve(&config, pool, first.db_options.clone()).await;
-    (first, second)
+    serve(&config, pool, first.db_options.clone()).await
 }

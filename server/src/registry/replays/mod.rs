@@ -81,17 +81,8 @@ struct Entry {
     insertion: u64,
 }
 
-/// What a lookup in the cache found. Returned once per Claim and matched at
-/// once, so the hit is not boxed.
-#[derive(Debug)]
-#[allow(clippy::large_enum_variant)]
-pub enum Kept {
-    Hit(Observed),
-    /// Read the database, and keep what it says only with this ticket.
-    Miss(Ticket),
-}
-
-/// The cache's generation when a read began.
+/// The cache's generation when a lookup began: what the database read after
+/// a miss says is kept only with it.
 #[derive(Clone, Copy, Debug)]
 pub struct Ticket(u64);
 
@@ -111,25 +102,25 @@ impl Replays {
     }
 
     /// The kept terminal operation of this key, while it is fresh and the
-    /// cache follows the database's changes; else a ticket for the read.
-    pub fn get(&self, namespace: &Namespace, key: &OperationKey) -> Kept {
+    /// cache follows the database's changes, and the ticket for a read.
+    pub fn get(&self, namespace: &Namespace, key: &OperationKey) -> (Option<Observed>, Ticket) {
         let mut cache = self.lock();
-        let miss = Kept::Miss(Ticket(cache.generation));
+        let ticket = Ticket(cache.generation);
         if !self.enabled() || !self.following(&cache) {
-            return miss;
+            return (None, ticket);
         }
         let name = cache_key(namespace, key);
         let Some(entry) = cache.entries.get(&name) else {
-            return miss;
+            return (None, ticket);
         };
         if entry.expires_at <= Instant::now() {
             cache.remove(&name);
-            return miss;
+            return (None, ticket);
         }
         let observed = entry.observed.clone();
         drop(cache);
         metrics::replay_cache_hit(namespace);
-        Kept::Hit(observed)
+        (Some(observed), ticket)
     }
 
     /// Keeps `observed`, read with `ticket`, if it is terminal, no change was
@@ -327,23 +318,18 @@ mod tests {
         }
     }
 
-    fn lookup(replays: &Replays, observed: &Observed) -> Kept {
+    fn lookup(replays: &Replays, observed: &Observed) -> (Option<Observed>, Ticket) {
         let operation = &observed.operation;
         replays.get(&operation.namespace, &operation.operation_key)
     }
 
     fn get(replays: &Replays, observed: &Observed) -> Option<Observed> {
-        match lookup(replays, observed) {
-            Kept::Hit(kept) => Some(kept),
-            Kept::Miss(_) => None,
-        }
+        lookup(replays, observed).0
     }
 
     /// Reads `observed` as a Claim would: a ticket first, then keeps it.
     fn read_and_keep(replays: &Replays, observed: &Observed) {
-        let Kept::Miss(ticket) = lookup(replays, observed) else {
-            return;
-        };
+        let (_, ticket) = lookup(replays, observed);
         replays.keep(observed, ticket);
     }
 
@@ -387,7 +373,7 @@ mod tests {
                 replays.heard(Instant::now());
             },
         ] {
-            let Kept::Miss(ticket) = lookup(&replays, &done) else {
+            let (None, ticket) = lookup(&replays, &done) else {
                 panic!("nothing was kept yet");
             };
             interruption(&replays, &other);
@@ -483,13 +469,7 @@ mod tests {
         assert!(get(&replays, &kept[7]).is_some());
         assert!(get(&replays, &kept[0]).is_none());
         for _ in 0..1_000 {
-            let Kept::Hit(_) = lookup(&replays, &kept[7]) else {
-                panic!("the newest entry went");
-            };
-            let Kept::Miss(ticket) = lookup(&replays, &kept[0]) else {
-                panic!("an evicted entry answered");
-            };
-            replays.keep(&kept[7], ticket);
+            read_and_keep(&replays, &kept[7]);
         }
         let cache = replays.lock();
         assert!(cache.order.len() <= 2 * cache.entries.len() + 64);
