@@ -45,7 +45,7 @@ measure() { # label: one line per path
 
 echo "many stored operations: $rows rows, $concurrency in flight, $seconds s per path, $(nproc) cores"
 measure empty >"$work/empty.txt"
-# One finished operation and its execution, copied ROWS times under other keys
+# One finished operation (its execution on its row), copied ROWS times under other keys
 # and negative tokens (the sequence hands out positive ones only).
 "$bench" --endpoint "http://127.0.0.1:$port" --scenario replay --namespace bulk-template \
   --calls 1 --concurrency 1 >/dev/null
@@ -58,19 +58,14 @@ WITH t AS MATERIALIZED (SELECT to_jsonb(o) AS row FROM operations AS o
 INSERT INTO operations
 SELECT r.* FROM t CROSS JOIN generate_series($from, $to) AS g
 CROSS JOIN LATERAL jsonb_populate_record(NULL::operations, t.row || jsonb_build_object(
-    'namespace', 'bulk', 'operation_key', 'bulk-' || g, 'fencing_token', -g)) AS r;
-WITH t AS MATERIALIZED (SELECT to_jsonb(e) AS row FROM executions AS e
-                        WHERE namespace = 'bulk-template' AND operation_key = 'done-0')
-INSERT INTO executions
-SELECT r.* FROM t CROSS JOIN generate_series($from, $to) AS g
-CROSS JOIN LATERAL jsonb_populate_record(NULL::executions, t.row || jsonb_build_object(
-    'namespace', 'bulk', 'operation_key', 'bulk-' || g, 'fencing_token', -g)) AS r;
+    'namespace', 'bulk', 'operation_key', 'bulk-' || g, 'fencing_token', -g,
+    'execution_token', -g)) AS r;
 SQL
 done
-psql -c "VACUUM ANALYZE operations" -c "VACUUM ANALYZE executions"
+psql -c "VACUUM ANALYZE operations"
 loaded=$(psql -c "SELECT count(*) FROM operations")
-size=$(psql -c "SELECT pg_size_pretty(pg_total_relation_size('operations') + pg_total_relation_size('executions'))")
-echo "loaded $loaded operations ($size with executions and indexes) in $(( $(date +%s) - started )) s"
+size=$(psql -c "SELECT pg_size_pretty(pg_total_relation_size('operations'))")
+echo "loaded $loaded operations ($size with indexes) in $(( $(date +%s) - started )) s"
 measure full >"$work/full.txt"
 python3 - "$work/empty.txt" "$work/full.txt" <<'PY'
 import sys

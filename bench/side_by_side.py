@@ -73,10 +73,9 @@ def own_seconds(fields):
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def postgres_seconds(postmaster):
-    """The postmaster, its reaped children and every live child."""
-    fields = stat_fields(postmaster)
-    total = own_seconds(fields) + (int(fields[13]) + int(fields[14])) / TICKS
+def postmaster_children(postmaster):
+    """The state and /proc stat fields of each child of the postmaster."""
+    children = []
     for path in glob.glob("/proc/[0-9]*/stat"):
         pid = path.split("/")[2]
         try:
@@ -84,8 +83,28 @@ def postgres_seconds(postmaster):
         except (FileNotFoundError, ProcessLookupError, ValueError):
             continue
         if child[1] == str(postmaster):
-            total += own_seconds(child)
-    return total
+            children.append(child)
+    return children
+
+
+def postgres_seconds(postmaster):
+    """The postmaster, its reaped children and every live child."""
+    fields = stat_fields(postmaster)
+    total = own_seconds(fields) + (int(fields[13]) + int(fields[14])) / TICKS
+    return total + sum(own_seconds(child) for child in postmaster_children(postmaster))
+
+
+def settled_postgres_seconds(postmaster, children_before):
+    """PostgreSQL's CPU once the backends of a finished client have gone: a
+    backend that is exiting counts neither as live nor yet as reaped, so its
+    CPU would be missed (pgbench's 32 backends all exit at its end)."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        children = postmaster_children(postmaster)
+        if len(children) <= children_before and all(child[0] != "Z" for child in children):
+            break
+        time.sleep(0.05)
+    return postgres_seconds(postmaster)
 
 
 def children_seconds():
@@ -110,6 +129,7 @@ class Machine:
         stderr (opreg-bench --wait-before-start): the measuring starts then.
         With `profile`, perf samples the server into that file meanwhile."""
         started = children_seconds()
+        children_before = len(postmaster_children(self.postmaster))
         run = subprocess.Popen(command, cwd=cwd, text=True, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, stdin=subprocess.PIPE)
         before = self.snapshot(started)
@@ -125,6 +145,9 @@ class Machine:
                                         stderr=subprocess.DEVNULL)
         stdout, stderr = run.communicate(input="\n")
         after = self.snapshot(children_seconds())
+        # Throughput counts the wall time to the client's end; PostgreSQL's
+        # CPU is read once its backends of that client are reaped.
+        after = (settled_postgres_seconds(self.postmaster, children_before), *after[1:])
         if recorder:
             recorder.send_signal(signal.SIGINT)
             recorder.wait()

@@ -110,6 +110,14 @@ async fn after_a_takeover_the_old_token_is_refused_everywhere() {
             (new as i64, "takeover".into(), "succeeded".into())
         ]
     );
+    // The takeover moved the first execution to the history; the current one
+    // stays on the operation's row.
+    let replaced: Vec<(i64, String)> =
+        sqlx::query_as("SELECT fencing_token, outcome FROM execution_history")
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(replaced, [(old as i64, "superseded".into())]);
 }
 
 #[tokio::test]

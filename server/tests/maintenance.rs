@@ -149,7 +149,7 @@ async fn retention_deletes_only_finished_operations_and_a_purged_key_registers_a
     );
     let orphans = app
         .count(
-            "SELECT (SELECT count(*) FROM executions e WHERE NOT EXISTS (
+            "SELECT (SELECT count(*) FROM execution_history e WHERE NOT EXISTS (
                          SELECT 1 FROM operations o WHERE o.namespace = e.namespace AND o.operation_key = e.operation_key))
                   + (SELECT count(*) FROM audit_entries a WHERE NOT EXISTS (
                          SELECT 1 FROM operations o WHERE o.namespace = a.namespace AND o.operation_key = a.operation_key))",

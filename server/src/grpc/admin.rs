@@ -33,7 +33,7 @@ impl AdminService {
 
 #[tonic::async_trait]
 impl OperationAdmin for AdminService {
-    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace))]
+    #[tracing::instrument(level = "debug", skip_all, fields(namespace = %request.get_ref().namespace))]
     async fn list_operations(
         &self,
         request: Request<pb::ListOperationsRequest>,
@@ -48,7 +48,7 @@ impl OperationAdmin for AdminService {
         reply(page, responses::queue_page)
     }
 
-    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, operator = %request.get_ref().operator))]
+    #[tracing::instrument(level = "debug", skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, operator = %request.get_ref().operator))]
     async fn resolve_operation(
         &self,
         request: Request<pb::ResolveOperationRequest>,
@@ -63,7 +63,7 @@ impl OperationAdmin for AdminService {
         reply(change, responses::resolved)
     }
 
-    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, operator = %request.get_ref().operator))]
+    #[tracing::instrument(level = "debug", skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, operator = %request.get_ref().operator))]
     async fn requeue_operation(
         &self,
         request: Request<pb::RequeueOperationRequest>,
@@ -78,7 +78,7 @@ impl OperationAdmin for AdminService {
         reply(change, responses::requeued)
     }
 
-    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, operator = %request.get_ref().operator))]
+    #[tracing::instrument(level = "debug", skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, operator = %request.get_ref().operator))]
     async fn hold_operation(
         &self,
         request: Request<pb::HoldOperationRequest>,
@@ -93,7 +93,7 @@ impl OperationAdmin for AdminService {
         reply(change, responses::held)
     }
 
-    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, operator = %request.get_ref().operator))]
+    #[tracing::instrument(level = "debug", skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, operator = %request.get_ref().operator))]
     async fn release_operation(
         &self,
         request: Request<pb::ReleaseOperationRequest>,

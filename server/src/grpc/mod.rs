@@ -167,7 +167,7 @@ fn reply<T, U>(
 
 #[tonic::async_trait]
 impl OperationRegistry for RegistryService {
-    #[tracing::instrument(skip_all, fields(
+    #[tracing::instrument(level = "debug", skip_all, fields(
         namespace = %request.get_ref().namespace,
         key = %request.get_ref().operation_key,
         outcome = tracing::field::Empty,
@@ -181,7 +181,7 @@ impl OperationRegistry for RegistryService {
         self.claim_one(&extensions, claim).await.map(Response::new)
     }
 
-    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, token = request.get_ref().fencing_token))]
+    #[tracing::instrument(level = "debug", skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, token = request.get_ref().fencing_token))]
     async fn complete(
         &self,
         request: Request<pb::CompleteRequest>,
@@ -192,7 +192,7 @@ impl OperationRegistry for RegistryService {
             .map(Response::new)
     }
 
-    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key))]
+    #[tracing::instrument(level = "debug", skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key))]
     async fn lookup(
         &self,
         request: Request<pb::LookupRequest>,
@@ -212,7 +212,7 @@ impl OperationRegistry for RegistryService {
         reply(found, |answer| responses::lookup(answer, parameters))
     }
 
-    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, token = request.get_ref().fencing_token))]
+    #[tracing::instrument(level = "debug", skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, token = request.get_ref().fencing_token))]
     async fn renew(
         &self,
         request: Request<pb::RenewRequest>,
@@ -229,7 +229,7 @@ impl OperationRegistry for RegistryService {
         })
     }
 
-    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, resource = %request.get_ref().resource, token = request.get_ref().fencing_token))]
+    #[tracing::instrument(level = "debug", skip_all, fields(namespace = %request.get_ref().namespace, resource = %request.get_ref().resource, token = request.get_ref().fencing_token))]
     async fn fenced_write(
         &self,
         request: Request<pb::FencedWriteRequest>,
@@ -247,7 +247,7 @@ impl OperationRegistry for RegistryService {
         })
     }
 
-    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, resource = %request.get_ref().resource))]
+    #[tracing::instrument(level = "debug", skip_all, fields(namespace = %request.get_ref().namespace, resource = %request.get_ref().resource))]
     async fn get_resource(
         &self,
         request: Request<pb::GetResourceRequest>,
@@ -262,7 +262,7 @@ impl OperationRegistry for RegistryService {
         reply(found, responses::resource)
     }
 
-    #[tracing::instrument(skip_all, fields(namespace = %request.get_ref().namespace, owner = %request.get_ref().owner, handed = tracing::field::Empty))]
+    #[tracing::instrument(level = "debug", skip_all, fields(namespace = %request.get_ref().namespace, owner = %request.get_ref().owner, handed = tracing::field::Empty))]
     async fn claim_due(
         &self,
         request: Request<pb::ClaimDueRequest>,
@@ -280,7 +280,7 @@ impl OperationRegistry for RegistryService {
         reply(handed, responses::claim_due)
     }
 
-    #[tracing::instrument(skip_all, fields(claims = request.get_ref().claims.len()))]
+    #[tracing::instrument(level = "debug", skip_all, fields(claims = request.get_ref().claims.len()))]
     async fn batch_claim(
         &self,
         request: Request<pb::BatchClaimRequest>,
@@ -302,7 +302,7 @@ impl OperationRegistry for RegistryService {
         Ok(Response::new(pb::BatchClaimResponse { results }))
     }
 
-    #[tracing::instrument(skip_all, fields(completions = request.get_ref().completions.len()))]
+    #[tracing::instrument(level = "debug", skip_all, fields(completions = request.get_ref().completions.len()))]
     async fn batch_complete(
         &self,
         request: Request<pb::BatchCompleteRequest>,

@@ -62,7 +62,7 @@ impl From<AuditRow> for AuditEntry {
 }
 
 /// Every action taken on an operation, oldest first.
-#[tracing::instrument(name = "store.audit.list", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.audit.list", skip_all)]
 pub async fn list(
     db: impl PgExecutor<'_>,
     namespace: &Namespace,

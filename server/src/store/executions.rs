@@ -1,5 +1,7 @@
-//! Statements on `executions`, the history of every lease issued. Rows are
-//! written by the transitions in [`super::operations`]; this module reads them.
+//! Reads of every lease issued, through the `executions` view: the current
+//! execution lives on its operation's row and the ones it replaced in
+//! `execution_history`. Both are written by the transitions in
+//! [`super::operations`]; this module reads them.
 
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
@@ -51,7 +53,7 @@ impl From<ExecutionRow> for Execution {
 }
 
 /// The execution started under `fencing_token` for this operation, if any.
-#[tracing::instrument(name = "store.executions.find", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.executions.find", skip_all)]
 pub async fn find(
     db: impl PgExecutor<'_>,
     namespace: &Namespace,
@@ -74,7 +76,7 @@ pub async fn find(
 }
 
 /// The whole history of an operation, by attempt and then by token.
-#[tracing::instrument(name = "store.executions.list", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.executions.list", skip_all)]
 pub async fn list(
     db: impl PgExecutor<'_>,
     namespace: &Namespace,

@@ -29,7 +29,7 @@ impl From<ResourceRow> for Resource {
 
 /// Writes the resource unless its stored fence is higher than `fencing_token`;
 /// returns the stored fence and version, or `None` when the fence refused.
-#[tracing::instrument(name = "store.resources.write_fenced", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.resources.write_fenced", skip_all)]
 pub async fn write_fenced(
     db: impl PgExecutor<'_>,
     namespace: &Namespace,
@@ -68,7 +68,7 @@ pub async fn write_fenced(
     })
 }
 
-#[tracing::instrument(name = "store.resources.find", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.resources.find", skip_all)]
 pub async fn find(
     db: impl PgExecutor<'_>,
     namespace: &Namespace,

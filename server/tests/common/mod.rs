@@ -498,7 +498,7 @@ pub fn metadata(status: &tonic::Status, key: &str) -> String {
 }
 
 /// A new, migrated-on-serve database on the shared cluster.
-async fn fresh_database() -> PgConnectOptions {
+pub async fn fresh_database() -> PgConnectOptions {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let admin = cluster_admin_options();
     let name = format!(

@@ -29,27 +29,24 @@ struct ChangeRow {
 }
 
 /// Wraps an `UPDATE operations AS o SET … WHERE <guard>` (its text, without
-/// RETURNING) into the statement every action shares. Parameters $1–$10 are
+/// RETURNING) into the statement every action shares. An action that
+/// supersedes the token also revokes the execution it started, if that never
+/// reported ([`revoke_execution_when!`]). Parameters $1–$10 are
 /// the guard and the audit: namespace, key, observed token, observed status,
 /// observed held, action, operator, reason, revision, principal; each action's
 /// own parameters start at $11.
 macro_rules! admin_statement {
-    ($set:literal) => {
+    ($($set:tt)+) => {
         concat!(
             "WITH changed AS (
                  UPDATE operations AS o SET ",
-            $set,
+            $($set)+,
             ", updated_at = clock_timestamp()
                  WHERE o.namespace = $1 AND o.operation_key = $2
                    AND o.fencing_token = $3 AND o.status = $4 AND (o.held_at IS NOT NULL) = $5
                  RETURNING ",
             operation_columns!(),
             "
-             ),
-             revoked AS (
-                 UPDATE executions AS e SET outcome = 'revoked', finished_at = changed.updated_at
-                 FROM changed
-                 WHERE changed.fencing_token <> $3 AND e.fencing_token = $3 AND e.outcome = 'running'
              ),
              audit AS (
                  INSERT INTO audit_entries (
@@ -67,6 +64,22 @@ macro_rules! admin_statement {
              SELECT ",
             operation_columns!(),
             ", audit.* FROM changed, audit"
+        )
+    };
+}
+
+/// The SET items that end the current execution as revoked when `$cond`
+/// holds (the action supersedes the lease's token) and it is still running.
+macro_rules! revoke_execution_when {
+    ($cond:literal) => {
+        concat!(
+            "execution_outcome = CASE WHEN (",
+            $cond,
+            ") AND o.execution_outcome = 'running' THEN 'revoked' ELSE o.execution_outcome END,
+             execution_finished_at = CASE WHEN (",
+            $cond,
+            ") AND o.execution_outcome = 'running' THEN clock_timestamp()
+                                          ELSE o.execution_finished_at END"
         )
     };
 }
@@ -105,7 +118,7 @@ async fn fetch(
 /// Freezes the operation. With `revoke_live_lease` the lease's token is
 /// superseded (its holder's Complete, Renew and FencedWrite are refused) and
 /// the lease ends now; the release will make the outcome unknown.
-#[tracing::instrument(name = "store.admin.hold", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.admin.hold", skip_all)]
 pub async fn hold(
     db: impl PgExecutor<'_>,
     observed: &Operation,
@@ -113,19 +126,20 @@ pub async fn hold(
     revoke_live_lease: bool,
 ) -> sqlx::Result<Option<AdminChange>> {
     let _timer = QueryTimer::start("operations_hold");
-    let sql = admin_statement!(
+    let sql = admin_statement!(concat!(
         "held_at = clock_timestamp(),
          hold_revoked_lease = $11,
          fencing_token = CASE WHEN $11 THEN nextval('fencing_tokens') ELSE o.fencing_token END,
-         lease_expires_at = CASE WHEN $11 THEN clock_timestamp() ELSE o.lease_expires_at END"
-    );
+         lease_expires_at = CASE WHEN $11 THEN clock_timestamp() ELSE o.lease_expires_at END, ",
+        revoke_execution_when!("$11")
+    ));
     let query = guarded(sql, observed, AdminAction::Hold, actor, "").bind(revoke_live_lease);
     fetch(db, query).await
 }
 
 /// Ends a hold, into `status`: UNKNOWN after a revoked lease (that execution
 /// may have taken effect), else the status the operation kept while held.
-#[tracing::instrument(name = "store.admin.release", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.admin.release", skip_all)]
 pub async fn release(
     db: impl PgExecutor<'_>,
     observed: &Operation,
@@ -154,7 +168,7 @@ pub async fn release(
 
 /// Records the outcome an operator established. A lease, live or not, is
 /// superseded; a hold ends; later Claims replay the resolution.
-#[tracing::instrument(name = "store.admin.resolve", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.admin.resolve", skip_all)]
 pub async fn resolve(
     db: impl PgExecutor<'_>,
     observed: &Operation,
@@ -173,7 +187,7 @@ pub async fn resolve(
             (None, None, Some(code.as_str()), Some(message.as_str()))
         }
     };
-    let sql = admin_statement!(
+    let sql = admin_statement!(concat!(
         "status = $11,
          result = $12,
          result_ref = $13,
@@ -189,8 +203,9 @@ pub async fn resolve(
          held_at = NULL,
          hold_revoked_lease = false,
          unknown_since = NULL,
-         completed_at = clock_timestamp()"
-    );
+         completed_at = clock_timestamp(), ",
+        revoke_execution_when!("o.status = 'in_progress'")
+    ));
     let query = guarded(sql, observed, AdminAction::Resolve, actor, "")
         .bind(resolution.status().as_str())
         .bind(result)
@@ -202,7 +217,7 @@ pub async fn resolve(
 
 /// DEAD → RETRY_SCHEDULED, due now, under a fresh budget counted from the
 /// attempts already spent. Key and parameters stay as they were.
-#[tracing::instrument(name = "store.admin.requeue", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.admin.requeue", skip_all)]
 pub async fn requeue(
     db: impl PgExecutor<'_>,
     observed: &Operation,

@@ -151,7 +151,7 @@ impl From<ObservedRow> for Observed {
 
 /// Reads an operation and the database clock. A separate statement from any
 /// insert, so in READ COMMITTED it sees what a racing registration committed.
-#[tracing::instrument(name = "store.operations.find", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.operations.find", skip_all)]
 pub async fn find(
     db: impl PgExecutor<'_>,
     namespace: &Namespace,
@@ -174,7 +174,7 @@ pub async fn find(
 
 /// Like [`find`], and locks the row until the transaction ends, ordering this
 /// transaction against takeovers, completions and operator actions.
-#[tracing::instrument(name = "store.operations.lock", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.operations.lock", skip_all)]
 pub async fn lock(
     db: impl PgExecutor<'_>,
     namespace: &Namespace,

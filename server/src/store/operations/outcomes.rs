@@ -18,14 +18,15 @@ pub type Recording<'a> = (&'a CompleteCommand, Transition);
 /// Records each report of a current lease holder and ends its lease, in one
 /// statement that commits on its own. Each operation's row is locked by its
 /// primary key, in key order, and only while it still holds the reported
-/// token in progress and unheld; then the execution that token started is
-/// finished, and the operation moves only if that execution did. The answer is
+/// token in progress and unheld, with the execution that token started
+/// current and unreported; then that execution finishes and the operation
+/// moves, in one row. The answer is
 /// in `reports`' order: `None` where the token is not the current lease (or
 /// its execution already reported), and nothing was written for it.
 ///
 /// `reports` name distinct operations: a second report of one operation must
 /// see what the first one left, so it belongs to a later statement.
-#[tracing::instrument(name = "store.operations.record_outcomes", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.operations.record_outcomes", skip_all)]
 pub async fn record_outcomes(
     db: impl PgExecutor<'_>,
     reports: &[Recording<'_>],
@@ -53,26 +54,20 @@ pub async fn record_outcomes(
          -- the planner probe the due index (whose predicate it implies) by
          -- namespace alone, through every live and dead lease of the namespace.
          current_lease AS MATERIALIZED (
-             SELECT wanted.*
+             SELECT wanted.*, clock_timestamp() AS recorded_at
              FROM wanted CROSS JOIN LATERAL (
-                 SELECT fencing_token, status, held_at FROM operations
+                 SELECT fencing_token, status, held_at, execution_token, execution_outcome_digest
+                 FROM operations
                  WHERE namespace = w_namespace AND operation_key = w_key
                  LIMIT 1
                  FOR UPDATE
              ) AS locked
              WHERE locked.fencing_token = w_token AND locked.status = 'in_progress'
                AND locked.held_at IS NULL
-         ),
-         finished AS (
-             UPDATE executions AS e SET
-                 outcome = w_outcome, outcome_digest = w_digest, error_class = w_class,
-                 message = w_message, finished_at = clock_timestamp()
-             FROM current_lease
-             -- The array keeps the generic plan on the primary key.
-             WHERE e.fencing_token = ANY($3) AND e.fencing_token = w_token
-               AND e.outcome_digest IS NULL
-             RETURNING e.fencing_token AS lease_token, e.finished_at AS recorded_at
+               AND locked.execution_token = w_token AND locked.execution_outcome_digest IS NULL
          )
+         -- The execution the token started is the operation's current one:
+         -- it finishes and the operation moves in one row.
          UPDATE operations AS o SET
              status = w_status,
              result = w_result,
@@ -89,11 +84,15 @@ pub async fn record_outcomes(
              reconciling = false,
              updated_at = recorded_at,
              completed_at = CASE WHEN w_status IN ('succeeded', 'failed', 'dead') THEN recorded_at END,
-             unknown_since = CASE WHEN w_status = 'unknown' THEN COALESCE(o.unknown_since, recorded_at) END
-         FROM finished JOIN current_lease ON w_token = lease_token
+             unknown_since = CASE WHEN w_status = 'unknown' THEN COALESCE(o.unknown_since, recorded_at) END,
+             execution_outcome = w_outcome,
+             execution_outcome_digest = w_digest,
+             execution_error_class = w_class,
+             execution_message = w_message,
+             execution_finished_at = recorded_at
+         FROM current_lease
          WHERE o.namespace = ANY($1) AND o.operation_key = ANY($2)
            AND o.namespace = w_namespace AND o.operation_key = w_key
-           AND o.fencing_token = lease_token
          RETURNING ",
         operation_columns!(),
     ))

@@ -16,7 +16,7 @@ pub type DueCandidate = Observed;
 /// Up to `limit` due, unheld operations of a namespace, oldest due first,
 /// locked FOR UPDATE. Rows another transaction holds are skipped, not waited
 /// for: they stay due and a later call finds them again.
-#[tracing::instrument(name = "store.queue.due", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.queue.due", skip_all)]
 pub async fn due(
     db: impl PgExecutor<'_>,
     namespace: &Namespace,
@@ -46,7 +46,7 @@ pub async fn due(
 
 /// Serialises ClaimDue calls of one namespace until the transaction ends, so
 /// concurrent pullers count live leases and take new ones one at a time.
-#[tracing::instrument(name = "store.queue.serialize_retry_cap", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.queue.serialize_retry_cap", skip_all)]
 pub async fn serialize_retry_cap(
     db: impl PgExecutor<'_>,
     namespace: &Namespace,
@@ -61,7 +61,7 @@ pub async fn serialize_retry_cap(
 
 /// Live leases of a namespace that are not first attempts: retries,
 /// takeovers and reconciliations, whoever started them.
-#[tracing::instrument(name = "store.queue.live_retry_leases", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.queue.live_retry_leases", skip_all)]
 pub async fn live_retry_leases(
     db: impl PgExecutor<'_>,
     namespace: &Namespace,
@@ -82,7 +82,7 @@ pub async fn live_retry_leases(
 /// Up to `limit` unheld operations, in any namespace, whose budget or deadline
 /// has run out while they wait: retries past the deadline, and expired leases
 /// whose next attempt would exceed the budget. Locked FOR UPDATE SKIP LOCKED.
-#[tracing::instrument(name = "store.queue.exhaustion_candidates", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.queue.exhaustion_candidates", skip_all)]
 pub async fn exhaustion_candidates(
     db: impl PgExecutor<'_>,
     limit: u32,
@@ -113,7 +113,7 @@ pub async fn exhaustion_candidates(
 /// One page of the operator's queue: for each wanted status, the index gives
 /// rows in (created_at, operation_key) order after the cursor; the pages are
 /// merged in that order. `page_size + 1` rows tell whether another page exists.
-#[tracing::instrument(name = "store.queue.list", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.queue.list", skip_all)]
 pub async fn list(db: impl PgExecutor<'_>, query: &ListQuery) -> sqlx::Result<Vec<Operation>> {
     let _timer = QueryTimer::start("operations_list");
     let statuses: Vec<&str> = query

@@ -106,7 +106,7 @@ impl<'a> Wanted<'a> {
 /// one original raises instead of vanishing. A compensation (at most one per
 /// statement) also links its original, if that original succeeded and is not
 /// compensated yet; `linked_original` tells.
-#[tracing::instrument(name = "store.operations.register", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.operations.register", skip_all)]
 pub async fn register(
     db: impl PgExecutor<'_>,
     claims: &[&ClaimCommand],
@@ -149,37 +149,38 @@ pub async fn register(
                  LIMIT 1
              ) AS found
          ),
+         -- An existing key draws no token: nextval is evaluated only for a
+         -- row that passes. Only a racing insert not yet committed gets past
+         -- this to the conflict. The first lease's token is also its first
+         -- execution's.
+         fresh AS MATERIALIZED (
+             SELECT wanted.*, nextval('fencing_tokens') AS w_token
+             FROM wanted
+             WHERE NOT EXISTS (
+                 SELECT 1 FROM existing
+                 WHERE existing.namespace = w_namespace AND existing.operation_key = w_key)
+             ORDER BY w_order
+         ),
          inserted AS (
              INSERT INTO operations (
                  namespace, operation_key, status, parameters_digest, parameters_canonical,
                  compensates, fencing_token, lease_owner, lease_expires_at, attempts,
                  max_attempts, initial_backoff_us, max_backoff_us, deadline_at,
-                 created_at, updated_at)
+                 created_at, updated_at, execution_token, execution_kind, execution_id,
+                 execution_owner, execution_started_at, execution_outcome)
              SELECT w_namespace, w_key, 'in_progress', w_digest, w_canonical,
-                    w_compensates, nextval('fencing_tokens'), w_owner,
+                    w_compensates, w_token, w_owner,
                     clock.now + w_lease_us * interval '1 microsecond', 1,
                     w_max_attempts, w_initial_backoff_us, w_max_backoff_us,
                     clock.now + w_deadline_us * interval '1 microsecond',
-                    clock.now, clock.now
-             FROM wanted CROSS JOIN (SELECT clock_timestamp() AS now) AS clock
-             -- An existing key draws no token: the select list, nextval with
-             -- it, is evaluated only for a row that passes. Only a racing
-             -- insert not yet committed gets past this to the conflict.
-             WHERE NOT EXISTS (
-                 SELECT 1 FROM existing
-                 WHERE existing.namespace = w_namespace AND existing.operation_key = w_key)
+                    clock.now, clock.now, w_token, 'first', w_execution_id, w_owner, clock.now,
+                    'running'
+             FROM fresh CROSS JOIN (SELECT clock_timestamp() AS now) AS clock
              ORDER BY w_order
              ON CONFLICT (namespace, operation_key) DO NOTHING
              RETURNING ",
         operation_columns!(),
         "
-         ),
-         first_execution AS (
-             INSERT INTO executions (
-                 fencing_token, namespace, operation_key, attempt, kind, execution_id, owner, started_at)
-             SELECT fencing_token, namespace, operation_key, attempts, 'first', w_execution_id,
-                    lease_owner, created_at
-             FROM inserted JOIN wanted ON w_namespace = namespace AND w_key = operation_key
          ),
          -- The original by its primary key, as scalars: a join on the new
          -- rows would be planned (generically) as a scan of every finished row.
@@ -256,7 +257,11 @@ pub async fn register(
 /// Restarts the clock of a first lease whose registration waited on a racing
 /// one (the insert's values are computed before that wait): the lease, the
 /// creation time and the deadline count from now.
-#[tracing::instrument(name = "store.operations.restart_first_lease", skip_all)]
+#[tracing::instrument(
+    level = "debug",
+    name = "store.operations.restart_first_lease",
+    skip_all
+)]
 pub async fn restart_first_lease(
     db: impl PgExecutor<'_>,
     registered: &Operation,
@@ -264,26 +269,17 @@ pub async fn restart_first_lease(
 ) -> sqlx::Result<Option<Operation>> {
     let _timer = QueryTimer::start("operations_restart_first_lease");
     let row: Option<OperationRow> = sqlx::query_as(concat!(
-        "WITH restarted AS (
-             UPDATE operations SET
-                 deadline_at = deadline_at + (clock_timestamp() - created_at),
-                 lease_expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond',
-                 created_at = clock_timestamp(),
-                 updated_at = clock_timestamp()
-             WHERE namespace = $1 AND operation_key = $2
-               AND fencing_token = $3 AND status = 'in_progress'
-             RETURNING ",
-        operation_columns!(),
-        "
-         ),
-         execution AS (
-             UPDATE executions AS e SET started_at = restarted.created_at
-             FROM restarted
-             WHERE e.fencing_token = restarted.fencing_token
-         )
-         SELECT ",
-        operation_columns!(),
-        " FROM restarted"
+        "UPDATE operations SET
+             deadline_at = deadline_at + (clock.now - created_at),
+             lease_expires_at = clock.now + $4::bigint * interval '1 microsecond',
+             created_at = clock.now,
+             updated_at = clock.now,
+             execution_started_at = clock.now
+         FROM (SELECT clock_timestamp() AS now) AS clock
+         WHERE namespace = $1 AND operation_key = $2
+           AND fencing_token = $3 AND status = 'in_progress'
+         RETURNING ",
+        operation_columns!()
     ))
     .bind(registered.namespace.as_str())
     .bind(registered.operation_key.as_str())
@@ -313,7 +309,7 @@ macro_rules! still_as_observed {
 /// for each, a new lease, and a history row. The execution of each replaced
 /// token, if it never reported, is marked superseded. Operations that moved
 /// since they were observed are left out of the result.
-#[tracing::instrument(name = "store.operations.start_executions", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.operations.start_executions", skip_all)]
 pub async fn start_executions(
     db: impl PgExecutor<'_>,
     observed: &[&Operation],
@@ -331,39 +327,67 @@ pub async fn start_executions(
              SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[])
                  AS w(w_namespace, w_key, w_token, w_status, w_kind)
          ),
-         started AS (
-             UPDATE operations AS o SET
-                 fencing_token = nextval('fencing_tokens'),
-                 status = 'in_progress',
-                 lease_owner = $6,
-                 lease_expires_at = clock_timestamp() + $7::bigint * interval '1 microsecond',
-                 lease_takeover = (w.w_kind = 'takeover'),
-                 attempts = o.attempts + CASE WHEN w.w_kind = 'reconcile' THEN 0 ELSE 1 END,
-                 reconciling = (w.w_kind = 'reconcile'),
-                 next_attempt_at = NULL,
-                 updated_at = clock_timestamp()
-             FROM wanted AS w
+         -- Each row locked by its primary key and still as observed, with the
+         -- execution it holds now, which the new one replaces, and the new
+         -- token (drawn only for a row that moves).
+         replaced AS MATERIALIZED (
+             SELECT w.w_kind AS r_kind, o.namespace AS r_namespace, o.operation_key AS r_key,
+                    o.attempts AS r_attempt, o.execution_token AS r_token,
+                    o.execution_kind AS r_execution_kind, o.execution_id AS r_execution_id,
+                    o.execution_owner AS r_owner, o.execution_started_at AS r_started_at,
+                    o.execution_finished_at AS r_finished_at, o.execution_outcome AS r_outcome,
+                    o.execution_outcome_digest AS r_digest, o.execution_error_class AS r_class,
+                    o.execution_message AS r_message,
+                    nextval('fencing_tokens') AS r_new_token, clock_timestamp() AS r_now
+             FROM wanted AS w CROSS JOIN LATERAL (
+                 SELECT * FROM operations
+                 WHERE namespace = w.w_namespace AND operation_key = w.w_key
+                 LIMIT 1
+                 FOR UPDATE
+             ) AS o
              WHERE ",
         still_as_observed!(),
         "
-             RETURNING ",
-        operation_columns!(),
-        ", w.w_token AS replaced_token, w.w_kind AS started_kind
          ),
-         superseded AS (
-             UPDATE executions AS e SET outcome = 'superseded', finished_at = started.updated_at
-             FROM started
-             WHERE e.fencing_token = started.replaced_token AND e.outcome = 'running'
-         ),
-         execution AS (
-             INSERT INTO executions (
-                 fencing_token, namespace, operation_key, attempt, kind, execution_id, owner, started_at)
-             SELECT fencing_token, namespace, operation_key, attempts, started_kind, $8, lease_owner, updated_at
-             FROM started
+         -- The replaced execution goes to the history, superseded if it never
+         -- reported.
+         archived AS (
+             INSERT INTO execution_history (
+                 fencing_token, namespace, operation_key, attempt, kind, execution_id, owner,
+                 started_at, finished_at, outcome, outcome_digest, error_class, message)
+             SELECT r_token, r_namespace, r_key, r_attempt, r_execution_kind, r_execution_id,
+                    r_owner, r_started_at,
+                    CASE WHEN r_outcome = 'running' THEN r_now ELSE r_finished_at END,
+                    CASE WHEN r_outcome = 'running' THEN 'superseded' ELSE r_outcome END,
+                    r_digest, r_class, r_message
+             FROM replaced
+             -- A row written by hand may have no execution to replace.
+             WHERE r_token IS NOT NULL
          )
-         SELECT ",
-        operation_columns!(),
-        " FROM started"
+         UPDATE operations AS o SET
+             fencing_token = r_new_token,
+             status = 'in_progress',
+             lease_owner = $6,
+             lease_expires_at = r_now + $7::bigint * interval '1 microsecond',
+             lease_takeover = (r_kind = 'takeover'),
+             attempts = o.attempts + CASE WHEN r_kind = 'reconcile' THEN 0 ELSE 1 END,
+             reconciling = (r_kind = 'reconcile'),
+             next_attempt_at = NULL,
+             updated_at = r_now,
+             execution_token = r_new_token,
+             execution_kind = r_kind,
+             execution_id = $8,
+             execution_owner = $6,
+             execution_started_at = r_now,
+             execution_finished_at = NULL,
+             execution_outcome = 'running',
+             execution_outcome_digest = NULL,
+             execution_error_class = NULL,
+             execution_message = NULL
+         FROM replaced
+         WHERE o.namespace = r_namespace AND o.operation_key = r_key
+         RETURNING ",
+        operation_columns!()
     ))
     .bind(&guards.namespaces)
     .bind(&guards.keys)
@@ -381,7 +405,7 @@ pub async fn start_executions(
 /// Marks operations DEAD because their next attempt would exceed the budget
 /// or the deadline. Operations that moved since they were observed are left
 /// out of the result.
-#[tracing::instrument(name = "store.operations.exhaust", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.operations.exhaust", skip_all)]
 pub async fn exhaust(
     db: impl PgExecutor<'_>,
     observed: &[&Operation],
@@ -396,33 +420,26 @@ pub async fn exhaust(
         "WITH wanted AS (
              SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[])
                  AS w(w_namespace, w_key, w_token, w_status)
-         ),
-         exhausted AS (
-             UPDATE operations AS o SET
-                 status = 'dead',
-                 lease_owner = NULL,
-                 lease_expires_at = NULL,
-                 lease_takeover = false,
-                 reconciling = false,
-                 next_attempt_at = NULL,
-                 updated_at = clock_timestamp(),
-                 completed_at = clock_timestamp()
-             FROM wanted AS w
-             WHERE ",
+         )
+         UPDATE operations AS o SET
+             status = 'dead',
+             lease_owner = NULL,
+             lease_expires_at = NULL,
+             lease_takeover = false,
+             reconciling = false,
+             next_attempt_at = NULL,
+             updated_at = clock_timestamp(),
+             completed_at = clock_timestamp(),
+             execution_outcome = CASE WHEN o.execution_outcome = 'running' THEN 'superseded'
+                                      ELSE o.execution_outcome END,
+             execution_finished_at = CASE WHEN o.execution_outcome = 'running' THEN clock_timestamp()
+                                          ELSE o.execution_finished_at END
+         FROM wanted AS w
+         WHERE ",
         still_as_observed!(),
         "
-             RETURNING ",
-        operation_columns!(),
-        ", w.w_token AS replaced_token
-         ),
-         superseded AS (
-             UPDATE executions AS e SET outcome = 'superseded', finished_at = exhausted.updated_at
-             FROM exhausted
-             WHERE e.fencing_token = exhausted.replaced_token AND e.outcome = 'running'
-         )
-         SELECT ",
-        operation_columns!(),
-        " FROM exhausted"
+         RETURNING ",
+        operation_columns!()
     ))
     .bind(&guards.namespaces)
     .bind(&guards.keys)
@@ -434,7 +451,7 @@ pub async fn exhaust(
 }
 
 /// Extends the lease of its current holder, unless an operator holds the operation.
-#[tracing::instrument(name = "store.operations.renew", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.operations.renew", skip_all)]
 pub async fn renew(
     db: impl PgExecutor<'_>,
     namespace: &Namespace,
@@ -490,7 +507,7 @@ pub const DEAD_COUNT_CAP: i64 = 10_000;
 /// work from the due index, held operations from theirs, and DEAD per
 /// namespace (found by a loose index scan) up to [`DEAD_COUNT_CAP`], so the
 /// query stays bounded however many finished or dead rows accumulate.
-#[tracing::instrument(name = "store.operations.backlog", skip_all)]
+#[tracing::instrument(level = "debug", name = "store.operations.backlog", skip_all)]
 pub async fn backlog(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<BacklogRow>> {
     let _timer = QueryTimer::start("operations_backlog");
     sqlx::query_as(
