@@ -6,7 +6,7 @@ use sqlx::PgExecutor;
 use sqlx::postgres::PgArguments;
 use sqlx::query::QueryAs;
 
-use super::{Operation, OperationRow, operation_columns};
+use super::{Operation, OperationRow, end_running_execution, operation_columns};
 use crate::domain::admin::{Actor, AdminAction, AuditEntry, Resolution};
 use crate::domain::operation::Status;
 use crate::domain::policy::{RetryPolicy, micros_ceil};
@@ -31,7 +31,7 @@ struct ChangeRow {
 /// Wraps an `UPDATE operations AS o SET … WHERE <guard>` (its text, without
 /// RETURNING) into the statement every action shares. An action that
 /// supersedes the token also revokes the execution it started, if that never
-/// reported ([`revoke_execution_when!`]). Parameters $1–$10 are
+/// reported (`end_running_execution!`). Parameters $1–$10 are
 /// the guard and the audit: namespace, key, observed token, observed status,
 /// observed held, action, operator, reason, revision, principal; each action's
 /// own parameters start at $11.
@@ -64,22 +64,6 @@ macro_rules! admin_statement {
              SELECT ",
             operation_columns!(),
             ", audit.* FROM changed, audit"
-        )
-    };
-}
-
-/// The SET items that end the current execution as revoked when `$cond`
-/// holds (the action supersedes the lease's token) and it is still running.
-macro_rules! revoke_execution_when {
-    ($cond:literal) => {
-        concat!(
-            "execution_outcome = CASE WHEN (",
-            $cond,
-            ") AND o.execution_outcome = 'running' THEN 'revoked' ELSE o.execution_outcome END,
-             execution_finished_at = CASE WHEN (",
-            $cond,
-            ") AND o.execution_outcome = 'running' THEN clock_timestamp()
-                                          ELSE o.execution_finished_at END"
         )
     };
 }
@@ -131,7 +115,7 @@ pub async fn hold(
          hold_revoked_lease = $11,
          fencing_token = CASE WHEN $11 THEN nextval('fencing_tokens') ELSE o.fencing_token END,
          lease_expires_at = CASE WHEN $11 THEN clock_timestamp() ELSE o.lease_expires_at END, ",
-        revoke_execution_when!("$11")
+        end_running_execution!("revoked", "$11")
     ));
     let query = guarded(sql, observed, AdminAction::Hold, actor, "").bind(revoke_live_lease);
     fetch(db, query).await
@@ -204,7 +188,7 @@ pub async fn resolve(
          hold_revoked_lease = false,
          unknown_since = NULL,
          completed_at = clock_timestamp(), ",
-        revoke_execution_when!("o.status = 'in_progress'")
+        end_running_execution!("revoked", "o.status = 'in_progress'")
     ));
     let query = guarded(sql, observed, AdminAction::Resolve, actor, "")
         .bind(resolution.status().as_str())

@@ -40,6 +40,27 @@ macro_rules! operation_columns {
 }
 pub(crate) use operation_columns;
 
+/// The SET items of an `UPDATE operations AS o` that end the current
+/// execution with `$outcome` when `$cond` holds and it is still running: one
+/// definition of how a lease that never reported ends, for the transitions
+/// that supersede it and the operator's actions that revoke it.
+macro_rules! end_running_execution {
+    ($outcome:literal, $cond:literal) => {
+        concat!(
+            "execution_outcome = CASE WHEN (",
+            $cond,
+            ") AND o.execution_outcome = 'running' THEN '",
+            $outcome,
+            "' ELSE o.execution_outcome END,
+             execution_finished_at = CASE WHEN (",
+            $cond,
+            ") AND o.execution_outcome = 'running' THEN clock_timestamp()
+                                          ELSE o.execution_finished_at END"
+        )
+    };
+}
+pub(crate) use end_running_execution;
+
 /// An `operations` row as PostgreSQL returns it.
 #[derive(Debug, sqlx::FromRow)]
 pub struct OperationRow {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-use super::{Guards, Observed, OperationRow, operation_columns, operations};
+use super::{Guards, Observed, OperationRow, end_running_execution, operation_columns, operations};
 use crate::domain::commands::{ClaimCommand, LeaseRequest};
 use crate::domain::ids::{FencingToken, Namespace, OperationKey};
 use crate::domain::operation::{ExecutionKind, Operation};
@@ -269,13 +269,22 @@ pub async fn restart_first_lease(
 ) -> sqlx::Result<Option<Operation>> {
     let _timer = QueryTimer::start("operations_restart_first_lease");
     let row: Option<OperationRow> = sqlx::query_as(concat!(
-        "UPDATE operations SET
+        // One clock for the lease, the row and its first execution, read
+        // once the row is locked (after any wait for it).
+        "WITH clock AS MATERIALIZED (
+             SELECT clock_timestamp() AS now
+             FROM (SELECT 1 FROM operations
+                   WHERE namespace = $1 AND operation_key = $2
+                     AND fencing_token = $3 AND status = 'in_progress'
+                   FOR NO KEY UPDATE) AS locked
+         )
+         UPDATE operations SET
              deadline_at = deadline_at + (clock.now - created_at),
              lease_expires_at = clock.now + $4::bigint * interval '1 microsecond',
              created_at = clock.now,
              updated_at = clock.now,
              execution_started_at = clock.now
-         FROM (SELECT clock_timestamp() AS now) AS clock
+         FROM clock
          WHERE namespace = $1 AND operation_key = $2
            AND fencing_token = $3 AND status = 'in_progress'
          RETURNING ",
@@ -343,7 +352,7 @@ pub async fn start_executions(
                  SELECT * FROM operations
                  WHERE namespace = w.w_namespace AND operation_key = w.w_key
                  LIMIT 1
-                 FOR UPDATE
+                 FOR NO KEY UPDATE
              ) AS o
              WHERE ",
         still_as_observed!(),
@@ -429,11 +438,9 @@ pub async fn exhaust(
              reconciling = false,
              next_attempt_at = NULL,
              updated_at = clock_timestamp(),
-             completed_at = clock_timestamp(),
-             execution_outcome = CASE WHEN o.execution_outcome = 'running' THEN 'superseded'
-                                      ELSE o.execution_outcome END,
-             execution_finished_at = CASE WHEN o.execution_outcome = 'running' THEN clock_timestamp()
-                                          ELSE o.execution_finished_at END
+             completed_at = clock_timestamp(), ",
+        end_running_execution!("superseded", "true"),
+        "
          FROM wanted AS w
          WHERE ",
         still_as_observed!(),
