@@ -8,7 +8,8 @@ PostgreSQL, so each build runs its own migrations), opreg-bench for a few
 seconds on each path, and from /proc the CPU that PostgreSQL (the postmaster,
 its reaped and live children) and the server spent, divided by the calls. The
 builds take turns, round after round, so a change in the machine's load falls
-on each of them.
+on each of them (in reverse order every other round). At the end, for each build after the first, the median over
+the rounds of each figure's ratio to the first build's in the same round.
 
     python3 bench/server_cpu_ab.py /tmp/opreg-server-a /tmp/opreg-server-b
     ROUNDS=4 SECONDS_PER_PATH=8 python3 bench/server_cpu_ab.py A B
@@ -17,6 +18,7 @@ Needs target/release/opreg-bench (bench/side-by-side.sh builds it).
 """
 
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,17 +65,40 @@ def measure(binary, port):
         subprocess.run(["rm", "-rf", work])
 
 
+def summarize(binaries, rounds):
+    """Per path and build after the first: the median, over the rounds, of
+    each figure's ratio to the first build's figure in the same round."""
+    first = binaries[0]
+    for binary in binaries[1:]:
+        print(f"{binary} against {first}, median of the {len(rounds)} rounds' ratios:")
+        for path in PATHS:
+            ratios = [[b / a if a else float("nan")
+                       for a, b in zip(round_[first][path], round_[binary][path])]
+                      for round_ in rounds]
+            rate, postgres, server = (statistics.median(column) for column in zip(*ratios))
+            print(f"  {path}: rate {rate:.2f}×, PG {postgres:.2f}×, server {server:.2f}×")
+
+
 def main():
     binaries = sys.argv[1:]
     if len(binaries) < 2:
         sys.exit(__doc__)
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    rounds = []
     for round_ in range(1, ROUNDS + 1):
-        for index, binary in enumerate(binaries):
+        rounds.append({})
+        # Every other round runs the builds in reverse, so a machine whose
+        # load drifts within a round does not favour the build that runs first.
+        order = list(enumerate(binaries))
+        if round_ % 2 == 0:
+            order.reverse()
+        for index, binary in order:
             figures = measure(binary, 50700 + 10 * index)
+            rounds[-1][binary] = figures
             print(f"round {round_}, {binary}: " + "; ".join(
                 f"{path} {rate:,.0f}/s, PG {postgres:.0f} + server {server:.0f} µs/call"
                 for path, (rate, postgres, server) in figures.items()), flush=True)
+    summarize(binaries, rounds)
 
 
 if __name__ == "__main__":

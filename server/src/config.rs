@@ -229,7 +229,8 @@ pub struct Config {
     #[arg(long, env = "OPREG_METRIC_NAMESPACES", value_delimiter = ',')]
     pub metric_namespaces: Vec<String>,
 
-    /// How often the backlog gauges and the health status are read from the database.
+    /// How often the backlog gauges and the health status are read from the database
+    /// (less often while one refresh takes over a twentieth of it).
     #[arg(long, env = "OPREG_GAUGE_REFRESH_INTERVAL", default_value = "15s", value_parser = humantime::parse_duration)]
     pub gauge_refresh_interval: Duration,
 

@@ -352,6 +352,55 @@ async fn without_credentials_or_with_a_wrong_key_every_rpc_is_unauthenticated() 
     assert!(app.health("").await.is_some());
 }
 
+/// A batch is authorized item by item, each for its own namespace: the
+/// worker's items in its namespaces are claimed, the others refused in their
+/// slots, in any order, and the refused ones write nothing.
+#[tokio::test]
+async fn a_batch_across_namespaces_authorizes_each_item_for_its_own() {
+    let (app, _policy) = secured_app("batch").await;
+    let mut worker = Stubs::of(&client_with_key(&app, Some("key-worker")).await).registry;
+    let items = [
+        ("billing", "k-0"),
+        (NAMESPACE, "k-1"),
+        ("billing", "k-2"),
+        ("tenant-7", "k-3"),
+        (NAMESPACE, "k-4"),
+    ];
+    let claims = items
+        .iter()
+        .map(|(namespace, key)| {
+            claim_request(namespace, key, "worker-1", serde_json::json!({"amount": 1}))
+        })
+        .collect();
+    let results = worker
+        .batch_claim(pb::BatchClaimRequest { claims })
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    let answers: Vec<Result<(), Status>> = results
+        .into_iter()
+        .map(|result| match result.result {
+            Some(pb::batch_claim_result::Result::Claim(_)) => Ok(()),
+            Some(pb::batch_claim_result::Result::Error(status)) => Err(item_status(status)),
+            None => panic!("an empty slot"),
+        })
+        .collect();
+    for (answer, (namespace, key)) in answers.iter().zip(items) {
+        if namespace == "billing" {
+            assert_refused(answer, Code::PermissionDenied, "PERMISSION_DENIED", key);
+        } else {
+            assert!(answer.is_ok(), "{key}: {answer:?}");
+        }
+    }
+    let registered: Vec<String> =
+        sqlx::query_scalar("SELECT namespace || '/' || operation_key FROM operations ORDER BY 1")
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(registered, ["payments/k-1", "payments/k-4", "tenant-7/k-3"]);
+}
+
 #[tokio::test]
 async fn a_principal_of_another_namespace_cannot_complete_renew_or_fence_a_live_lease() {
     let (app, _policy) = secured_app("forgery").await;

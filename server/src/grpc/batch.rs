@@ -1,12 +1,16 @@
-//! BatchClaim and BatchComplete: every item takes the unary path (access,
-//! rate limit, validation, the registry, the status table), concurrently, so
-//! a batch answers each item exactly as the unary call would, and new keys
-//! still share registration statements.
+//! BatchClaim and BatchComplete: the caller is read once and each namespace
+//! authorized once, every item is validated in one pass (each still takes its
+//! own token from its namespace's rate limit), and the admitted items go to
+//! the registry together, so a batch's new keys share registration
+//! statements and its reports recording statements. Each item is answered as
+//! its unary call would answer it, in request order; a refusal is the item's
+//! own `google.rpc.Status` with its ErrorInfo.
 
-use futures::StreamExt;
 use prost::Message;
 use tonic::Status;
 
+use super::Gate;
+use crate::access::{Caller, Role};
 use crate::domain::error::RegistryError;
 
 /// Most items one batch call carries.
@@ -15,43 +19,95 @@ pub const MAX_ITEMS: usize = 1000;
 /// Most bytes one batch call carries, whatever its items' own limits allow.
 pub const MAX_BYTES: usize = 16 << 20;
 
-/// Claims of one call in flight at once: enough to fill registration
-/// statements, which hold one connection for many claims.
-pub const CLAIMS_IN_FLIGHT: usize = 256;
+/// The items of one batch call that passed the gate and validation, and
+/// where each item's answer goes.
+pub struct Admitted<C> {
+    commands: Vec<C>,
+    /// Per item in request order: its command's index, or its refusal.
+    slots: Vec<Result<usize, Status>>,
+}
 
-/// Completes of one call in flight at once: enough to fill recording
-/// statements. A report the statement does not record (a stale token, a
-/// repeat) decides on a pooled connection of its own, and one call must not
-/// take the whole pool from other callers.
-pub const COMPLETES_IN_FLIGHT: usize = 64;
+impl<C> Admitted<C> {
+    /// Admits and converts each item of `items` (named `field`) in request
+    /// order. An empty batch or one over [`MAX_ITEMS`] is refused whole,
+    /// before any item is looked at.
+    pub fn each<I>(
+        (field, items): (&'static str, Vec<I>),
+        mut admit: impl FnMut(I) -> Result<C, Status>,
+    ) -> Result<Self, Status> {
+        check_length(field, items.len())?;
+        let mut admitted = Self {
+            commands: Vec::with_capacity(items.len()),
+            slots: Vec::with_capacity(items.len()),
+        };
+        for item in items {
+            let slot = admit(item).map(|command| {
+                admitted.commands.push(command);
+                admitted.commands.len() - 1
+            });
+            admitted.slots.push(slot);
+        }
+        Ok(admitted)
+    }
 
-/// Answers `items` with `one`, at most `in_flight` at a time, each answer
-/// made a result with `answered` or `refused`, in the items' order. An empty
-/// batch or one over [`MAX_ITEMS`] (named `field`) is refused before any item
-/// runs.
-pub async fn answer_each<I, T, R, F>(
-    (field, items): (&'static str, Vec<I>),
-    in_flight: usize,
-    one: impl FnMut(I) -> F,
-    answered: impl Fn(T) -> R,
-    refused: impl Fn(tonic_types::pb::Status) -> R,
-) -> Result<Vec<R>, Status>
-where
-    F: Future<Output = Result<T, Status>>,
-{
-    check_length(field, items.len())?;
-    let answers: Vec<Result<T, Status>> = futures::stream::iter(items)
-        .map(one)
-        .buffered(in_flight)
-        .collect()
-        .await;
-    Ok(answers
-        .into_iter()
-        .map(|answer| match answer {
-            Ok(value) => answered(value),
-            Err(status) => refused(item_status(&status)),
-        })
-        .collect())
+    pub fn commands(&self) -> &[C] {
+        &self.commands
+    }
+
+    /// Every item's result in request order: `answers` (one per command, in
+    /// their order) made responses by `answered`, refusals by `refused`.
+    pub fn answer<A, T, R>(
+        self,
+        answers: Vec<A>,
+        mut answered: impl FnMut(&C, A) -> Result<T, Status>,
+        item: impl Fn(T) -> R,
+        refused: impl Fn(tonic_types::pb::Status) -> R,
+    ) -> Vec<R> {
+        let mut answers: Vec<Option<A>> = answers.into_iter().map(Some).collect();
+        self.slots
+            .into_iter()
+            .map(|slot| {
+                let response = slot.and_then(|index| match answers[index].take() {
+                    Some(answer) => answered(&self.commands[index], answer),
+                    None => Err(super::status::to_status(&RegistryError::Internal)),
+                });
+                match response {
+                    Ok(response) => item(response),
+                    Err(status) => refused(item_status(&status)),
+                }
+            })
+            .collect()
+    }
+}
+
+/// [`Gate`] for the items of one batch call: the caller is read once and each
+/// namespace authorized once (a refusal is decided, counted and logged again
+/// for each of its items); every item takes its own rate-limit token.
+pub struct BatchGate<'a> {
+    gate: &'a Gate,
+    caller: Option<Caller>,
+    needed: Role,
+    authorized: Vec<String>,
+}
+
+impl<'a> BatchGate<'a> {
+    pub fn new(gate: &'a Gate, extensions: &tonic::Extensions, needed: Role) -> Self {
+        Self {
+            gate,
+            caller: extensions.get::<Caller>().cloned(),
+            needed,
+            authorized: Vec::new(),
+        }
+    }
+
+    pub fn admit(&mut self, namespace: &str) -> Result<(), Status> {
+        if !self.authorized.iter().any(|known| known == namespace) {
+            self.gate
+                .authorize(self.caller.as_ref(), namespace, self.needed)?;
+            self.authorized.push(namespace.to_owned());
+        }
+        self.gate.limit(namespace)
+    }
 }
 
 /// Refuses an empty batch or one over [`MAX_ITEMS`], before any item runs.

@@ -20,7 +20,8 @@ use tonic::{Request, Response, Status};
 
 use crate::access::{Caller, Role};
 use crate::domain::error::RegistryError;
-use crate::registry::Registry;
+use crate::domain::operation::Operation;
+use crate::registry::{ClaimAnswer, Registry};
 use crate::telemetry::metrics;
 
 pub use admin::AdminService;
@@ -100,26 +101,41 @@ impl Gate {
         self.admit_in(request.extensions(), request.get_ref().namespace(), needed)
     }
 
-    /// [`Gate::admit`] for one item of a batch call.
+    /// [`Gate::admit`] for a request taken apart.
     fn admit_in(
         &self,
         extensions: &tonic::Extensions,
         namespace: &str,
         needed: Role,
     ) -> Result<Caller, Status> {
-        // Absent only if the layer is not in front of the service: refuse.
-        let caller = extensions
-            .get::<Caller>()
+        let caller = self.authorize(extensions.get::<Caller>(), namespace, needed)?;
+        self.limit(namespace)?;
+        Ok(caller)
+    }
+
+    /// The caller must hold `needed` in `namespace`. Absent only if the
+    /// layer is not in front of the service: refused.
+    fn authorize(
+        &self,
+        caller: Option<&Caller>,
+        namespace: &str,
+        needed: Role,
+    ) -> Result<Caller, Status> {
+        let caller = caller
             .cloned()
             .ok_or_else(|| to_status_counted(&RegistryError::Unauthenticated, "unauthenticated"))?;
         caller.authorize(needed, namespace).map_err(|refusal| {
             tracing::info!(%refusal, "call refused by the access policy");
             to_status_counted(&refusal, "permission_denied")
         })?;
+        Ok(caller)
+    }
+
+    /// Takes one call from `namespace`'s rate limit.
+    fn limit(&self, namespace: &str) -> Result<(), Status> {
         self.rates
             .admit(namespace)
-            .map_err(|limited| status::to_status(&limited))?;
-        Ok(caller)
+            .map_err(|limited| status::to_status(&limited))
     }
 }
 
@@ -287,18 +303,24 @@ impl OperationRegistry for RegistryService {
     ) -> Result<Response<pb::BatchClaimResponse>, Status> {
         use pb::batch_claim_result::Result as Item;
         let (_, extensions, batch) = request.into_parts();
-        let results = batch::answer_each(
-            ("claims", batch.claims),
-            batch::CLAIMS_IN_FLIGHT,
-            |claim| self.claim_one(&extensions, claim),
+        let mut gate = batch::BatchGate::new(&self.gate, &extensions, Role::Worker);
+        let admitted = batch::Admitted::each(("claims", batch.claims), |claim| {
+            gate.admit(&claim.namespace)?;
+            let namespace = claim.namespace.clone();
+            requests::claim(claim, &self.limits)
+                .map_err(|invalid| claim_refused(&namespace, &invalid))
+        })?;
+        let answers = self.registry.claim_all(admitted.commands()).await;
+        let results = admitted.answer(
+            answers,
+            |command, answer| claim_answered(command.namespace.as_str(), answer),
             |claimed| pb::BatchClaimResult {
                 result: Some(Item::Claim(claimed)),
             },
             |status| pb::BatchClaimResult {
                 result: Some(Item::Error(status)),
             },
-        )
-        .await?;
+        );
         Ok(Response::new(pb::BatchClaimResponse { results }))
     }
 
@@ -309,23 +331,28 @@ impl OperationRegistry for RegistryService {
     ) -> Result<Response<pb::BatchCompleteResponse>, Status> {
         use pb::batch_complete_result::Result as Item;
         let (_, extensions, batch) = request.into_parts();
-        let results = batch::answer_each(
-            ("completions", batch.completions),
-            batch::COMPLETES_IN_FLIGHT,
-            |completion| self.complete_one(&extensions, completion),
+        let mut gate = batch::BatchGate::new(&self.gate, &extensions, Role::Worker);
+        let admitted = batch::Admitted::each(("completions", batch.completions), |completion| {
+            gate.admit(&completion.namespace)?;
+            requests::complete(completion, &self.limits)
+                .map_err(|invalid| status::to_status(&invalid))
+        })?;
+        let answers = self.registry.complete_all(admitted.commands()).await;
+        let results = admitted.answer(
+            answers,
+            |_, recorded| completed(recorded),
             |completed| pb::BatchCompleteResult {
                 result: Some(Item::Completed(completed)),
             },
             |status| pb::BatchCompleteResult {
                 result: Some(Item::Error(status)),
             },
-        )
-        .await?;
+        );
         Ok(Response::new(pb::BatchCompleteResponse { results }))
     }
 }
 
-/// Claim and Complete, for the unary calls and for each item of a batch.
+/// Claim and Complete, for the unary calls.
 impl RegistryService {
     async fn claim_one(
         &self,
@@ -341,25 +368,7 @@ impl RegistryService {
                 .await
         }
         .await;
-        let outcome = match &answer {
-            Ok(answer) => {
-                tracing::Span::current().record("token", answer.operation.fencing_token.get());
-                metrics::claim_outcome_label(answer.outcome)
-            }
-            Err(RegistryError::ParameterConflict { .. }) => {
-                metrics::parameter_conflict(&namespace);
-                "conflict"
-            }
-            Err(RegistryError::InvalidArgument(_)) => "invalid",
-            Err(_) => "error",
-        };
-        tracing::Span::current().record("outcome", outcome);
-        if outcome != "error" {
-            metrics::claim_answered(&namespace, outcome);
-        }
-        answer
-            .map(responses::claim)
-            .map_err(|error| status::to_status(&error))
+        claim_answered(&namespace, answer)
     }
 
     async fn complete_one(
@@ -375,13 +384,50 @@ impl RegistryService {
                 .await
         }
         .await;
-        recorded
-            .map(|operation| pb::CompleteResponse {
-                operation: Some(responses::operation(
-                    operation,
-                    responses::Parameters::Omitted,
-                )),
-            })
-            .map_err(|error| status::to_status(&error))
+        completed(recorded)
     }
+}
+
+/// A Claim's answer, counted by outcome, as its response or status.
+/// `namespace` is the request's, which a refused request may have invalid.
+fn claim_answered(
+    namespace: &str,
+    answer: Result<ClaimAnswer, RegistryError>,
+) -> Result<pb::ClaimResponse, Status> {
+    let answer = answer.map_err(|refusal| claim_refused(namespace, &refusal))?;
+    let outcome = metrics::claim_outcome_label(answer.outcome);
+    let span = tracing::Span::current();
+    span.record("token", answer.operation.fencing_token.get());
+    span.record("outcome", outcome);
+    metrics::claim_answered(namespace, outcome);
+    Ok(responses::claim(answer))
+}
+
+/// A refused Claim's status, counted when the request itself was refused.
+fn claim_refused(namespace: &str, refusal: &RegistryError) -> Status {
+    let outcome = match refusal {
+        RegistryError::ParameterConflict { .. } => {
+            metrics::parameter_conflict(namespace);
+            Some("conflict")
+        }
+        RegistryError::InvalidArgument(_) => Some("invalid"),
+        _ => None,
+    };
+    tracing::Span::current().record("outcome", outcome.unwrap_or("error"));
+    if let Some(outcome) = outcome {
+        metrics::claim_answered(namespace, outcome);
+    }
+    status::to_status(refusal)
+}
+
+/// A Complete's recorded operation as its response, or its status.
+fn completed(recorded: Result<Operation, RegistryError>) -> Result<pb::CompleteResponse, Status> {
+    recorded
+        .map(|operation| pb::CompleteResponse {
+            operation: Some(responses::operation(
+                operation,
+                responses::Parameters::Omitted,
+            )),
+        })
+        .map_err(|error| status::to_status(&error))
 }

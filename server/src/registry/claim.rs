@@ -6,6 +6,8 @@ use std::time::Duration;
 use sqlx::{Connection, PgConnection};
 
 use super::Registry;
+use super::gather::Gathered;
+use super::replays::Ticket;
 use crate::domain::claim::{self, ClaimOutcome, ClaimStep};
 use crate::domain::commands::ClaimCommand;
 use crate::domain::error::{RegistryError, Result};
@@ -20,8 +22,20 @@ use crate::telemetry::metrics;
 /// read; every loss means another caller made progress, so few rounds suffice.
 const MAX_ROUNDS: usize = 16;
 
-/// How late a registration may return before its lease is restarted.
+/// How late a registration may return before its lease is restarted: at
+/// least this long, and at least [`REGISTRATION_WAIT_SHARE`] of the lease.
 const REGISTRATION_WAIT_TOLERANCE: chrono::TimeDelta = chrono::TimeDelta::milliseconds(20);
+
+/// The share of its lease (one part in this many) that a registration's
+/// statement may take before the lease is restarted. A shared statement of a
+/// few hundred keys takes tens of milliseconds under load, and restarting
+/// every one of its leases is one more statement per key, in the writer's
+/// transaction, exactly when the writers are already behind; a wait on a
+/// racing registration, which this restart is for, lasts as long as that
+/// transaction (up to the lock timeout). The caller's lease is safe either
+/// way: clients trust a lease from the moment they sent the call, and the
+/// statement began after that.
+const REGISTRATION_WAIT_SHARE: i32 = 100;
 
 /// The unique index allowing one compensation per original.
 const ONE_COMPENSATION_INDEX: &str = "operations_one_compensation";
@@ -55,46 +69,152 @@ impl Registry {
     /// shared with concurrent claims, and a database session of its own is
     /// opened only when the operation exists and must change.
     pub async fn claim(&self, claim: &ClaimCommand) -> Result<ClaimAnswer> {
-        if let Some(original) = &claim.compensates {
-            let answer = self
-                .run(
-                    async |db| match register_compensation(db, claim, original).await? {
-                        Registration::Registered(answer) => Ok(answer),
-                        Registration::Exists(observed) => conclude(db, claim, observed).await,
-                    },
-                )
-                .await;
-            // The original's `compensated_by` may have just been set.
-            self.replays.forget(&claim.namespace, original);
-            return answer;
+        if claim.compensates.is_some() {
+            return self.follow_up(claim, FollowUp::Compensate).await;
         }
-        let (kept, ticket) = self.replays.get(&claim.namespace, &claim.operation_key);
-        if let Some(kept) = kept
-            && let Next::Answer(answer) = judge(claim, &kept)?
-        {
-            return Ok(answer);
-        }
-        let observed = match self.claims.submit(claim.clone()).await? {
-            Some(Registration::Registered(answer)) => return Ok(answer),
-            Some(Registration::Exists(observed)) => observed,
-            None => {
-                return self
-                    .run(async |db| {
-                        let observed = find_registered(db, claim).await?;
-                        conclude(db, claim, observed).await
-                    })
-                    .await;
+        let ticket = match self.replayed(claim) {
+            Ok(answer) => return answer,
+            Err(ticket) => ticket,
+        };
+        let gathered = self.claims.submit(claim.clone()).await;
+        self.conclude_gathered(claim, gathered, ticket).await
+    }
+
+    /// Claims of one batch call, answered in their order exactly as
+    /// [`Registry::claim`] answers each: the ordinary ones that memory does
+    /// not answer are queued together, so they share registration statements
+    /// in the order given instead of meeting in the queue one by one.
+    pub async fn claim_all(&self, claims: &[ClaimCommand]) -> Vec<Result<ClaimAnswer>> {
+        let mut answers: Vec<Option<Result<ClaimAnswer>>> = Vec::with_capacity(claims.len());
+        let mut own_sessions = Vec::new();
+        let mut queued = Vec::new();
+        for (index, claim) in claims.iter().enumerate() {
+            answers.push(None);
+            if claim.compensates.is_some() {
+                own_sessions.push((index, FollowUp::Compensate));
+                continue;
             }
+            match self.replayed(claim) {
+                Ok(answer) => answers[index] = Some(answer),
+                Err(ticket) => queued.push((index, ticket)),
+            }
+        }
+        let gathered = self
+            .claims
+            .submit_all(
+                queued
+                    .iter()
+                    .map(|&(index, _)| claims[index].clone())
+                    .collect(),
+            )
+            .await;
+        for ((index, ticket), gathered) in queued.into_iter().zip(gathered) {
+            match self.answered_by_gathering(&claims[index], gathered, ticket) {
+                Ok(answer) => answers[index] = Some(answer),
+                Err(follow_up) => own_sessions.push((index, follow_up)),
+            }
+        }
+        let settled = super::each_operation_in_order(
+            own_sessions,
+            |index| claims[index].identity(),
+            |index, follow_up| self.follow_up(&claims[index], follow_up),
+        )
+        .await;
+        for (index, answer) in settled {
+            answers[index] = Some(answer);
+        }
+        super::filled(answers)
+    }
+
+    /// A compensation registers (and links its original) in a transaction of
+    /// its own, never in a shared statement.
+    async fn compensate(&self, claim: &ClaimCommand) -> Result<ClaimAnswer> {
+        let Some(original) = &claim.compensates else {
+            return Err(RegistryError::Internal);
+        };
+        let answer = self
+            .run(
+                async |db| match register_compensation(db, claim, original).await? {
+                    Registration::Registered(answer) => Ok(answer),
+                    Registration::Exists(observed) => conclude(db, claim, observed).await,
+                },
+            )
+            .await;
+        // The original's `compensated_by` may have just been set.
+        self.replays.forget(&claim.namespace, original);
+        answer
+    }
+
+    /// The answer from a kept terminal record, or the ticket for a read.
+    fn replayed(&self, claim: &ClaimCommand) -> std::result::Result<Result<ClaimAnswer>, Ticket> {
+        let (kept, ticket) = self.replays.get(&claim.namespace, &claim.operation_key);
+        match kept.map(|kept| judge(claim, &kept)) {
+            Some(Ok(Next::Answer(answer))) => Ok(Ok(answer)),
+            Some(Err(refused)) => Ok(Err(refused)),
+            // A kept record never asks for a transition; read it afresh.
+            Some(Ok(Next::Transition(_))) | None => Err(ticket),
+        }
+    }
+
+    async fn conclude_gathered(
+        &self,
+        claim: &ClaimCommand,
+        gathered: Result<Gathered>,
+        ticket: Ticket,
+    ) -> Result<ClaimAnswer> {
+        match self.answered_by_gathering(claim, gathered, ticket) {
+            Ok(answer) => answer,
+            Err(step) => self.follow_up(claim, step).await,
+        }
+    }
+
+    /// What the shared statement settled, or the step that needs a session.
+    fn answered_by_gathering(
+        &self,
+        claim: &ClaimCommand,
+        gathered: Result<Gathered>,
+        ticket: Ticket,
+    ) -> std::result::Result<Result<ClaimAnswer>, FollowUp> {
+        let observed = match gathered {
+            Err(error) => return Ok(Err(error)),
+            Ok(Some(Registration::Registered(answer))) => return Ok(Ok(answer)),
+            Ok(Some(Registration::Exists(observed))) => observed,
+            Ok(None) => return Err(FollowUp::ReadAgain),
         };
         self.replays.keep(&observed, ticket);
-        match judge(claim, &observed)? {
-            Next::Answer(answer) => Ok(answer),
-            Next::Transition(step) => {
-                self.run(async |db| settle(db, claim, observed, step).await)
+        match judge(claim, &observed) {
+            Ok(Next::Answer(answer)) => Ok(Ok(answer)),
+            Err(refused) => Ok(Err(refused)),
+            Ok(Next::Transition(step)) => Err(FollowUp::Settle(Box::new(observed), step)),
+        }
+    }
+
+    async fn follow_up(&self, claim: &ClaimCommand, follow_up: FollowUp) -> Result<ClaimAnswer> {
+        match follow_up {
+            FollowUp::Compensate => self.compensate(claim).await,
+            FollowUp::ReadAgain => {
+                self.run(async |db| {
+                    let observed = find_registered(db, claim).await?;
+                    conclude(db, claim, observed).await
+                })
+                .await
+            }
+            FollowUp::Settle(observed, step) => {
+                self.run(async |db| settle(db, claim, *observed, step).await)
                     .await
             }
         }
     }
+}
+
+/// A claim that needs a session of its own.
+enum FollowUp {
+    /// A compensation: never in a shared statement.
+    Compensate,
+    /// A racing registration had not committed when the statement began.
+    ReadAgain,
+    /// The operation exists and the state machine asks for a transition.
+    Settle(Box<Observed>, ClaimStep),
 }
 
 /// Decides on an existing operation and takes the step the decision asks.
@@ -268,7 +388,7 @@ pub(super) async fn fresh_first_lease(
     claim: &ClaimCommand,
 ) -> Result<Operation> {
     let waited = registered.returned_at - registered.operation.created_at;
-    if waited <= REGISTRATION_WAIT_TOLERANCE {
+    if waited <= registration_wait_tolerance(claim.lease.ttl) {
         return Ok(registered.operation);
     }
     operations::restart_first_lease(db, &registered.operation, claim.lease.ttl)
@@ -277,6 +397,14 @@ pub(super) async fn fresh_first_lease(
             tracing::error!(key = %claim.operation_key, "a new registration changed before its lease restarted");
             RegistryError::Internal
         })
+}
+
+/// How late a registration of a lease of `ttl` may return and keep its lease.
+fn registration_wait_tolerance(ttl: std::time::Duration) -> chrono::TimeDelta {
+    chrono::TimeDelta::from_std(ttl)
+        .map(|ttl| ttl / REGISTRATION_WAIT_SHARE)
+        .unwrap_or(chrono::TimeDelta::MAX)
+        .max(REGISTRATION_WAIT_TOLERANCE)
 }
 
 pub(super) fn first_answer(claim: &ClaimCommand, operation: Operation) -> ClaimAnswer {
@@ -318,5 +446,31 @@ fn check_compensable(original: Option<&Operation>) -> Result<()> {
         }
         (Status::Succeeded, None) => Ok(()),
         _ => Err(RegistryError::NothingToCompensate),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use chrono::TimeDelta;
+
+    use super::registration_wait_tolerance;
+
+    #[test]
+    fn a_registration_keeps_its_lease_while_its_statement_took_a_hundredth_of_it() {
+        assert_eq!(
+            registration_wait_tolerance(Duration::from_secs(30)),
+            TimeDelta::milliseconds(300)
+        );
+        assert_eq!(
+            registration_wait_tolerance(Duration::from_secs(1)),
+            TimeDelta::milliseconds(20),
+            "never less than 20 ms"
+        );
+        assert_eq!(
+            registration_wait_tolerance(Duration::from_millis(100)),
+            TimeDelta::milliseconds(20)
+        );
     }
 }

@@ -34,6 +34,58 @@ impl Registry {
         }
         self.run(async |db| complete_on(db, command).await).await
     }
+
+    /// Completes of one batch call, answered in their order exactly as
+    /// [`Registry::complete`] answers each: the settled reports are queued
+    /// together, so they share recording statements; the rest, and those the
+    /// statement did not record, decide from the stored state on sessions of
+    /// their own, one operation's reports in their order.
+    pub async fn complete_all(&self, commands: &[CompleteCommand]) -> Vec<Result<Operation>> {
+        let settled: Vec<usize> = (0..commands.len())
+            .filter(|&index| commands[index].report.settled_transition().is_some())
+            .collect();
+        let recorded = self
+            .reports
+            .submit_all(
+                settled
+                    .iter()
+                    .map(|&index| commands[index].clone())
+                    .collect(),
+            )
+            .await;
+        let mut answers: Vec<Option<Result<Operation>>> =
+            (0..commands.len()).map(|_| None).collect();
+        for (&index, recorded) in settled.iter().zip(recorded) {
+            match recorded {
+                Ok(Some(operation)) => {
+                    let command = &commands[index];
+                    if let Some(transition) = command.report.settled_transition() {
+                        counted(command, transition, &operation);
+                    }
+                    answers[index] = Some(Ok(operation));
+                }
+                Ok(None) => {}
+                Err(error) => answers[index] = Some(Err(error)),
+            }
+        }
+        let undecided = (0..commands.len())
+            .filter(|&index| answers[index].is_none())
+            .map(|index| (index, ()))
+            .collect();
+        let decided = super::each_operation_in_order(
+            undecided,
+            |index| commands[index].identity(),
+            |index, ()| {
+                let command = &commands[index];
+                self.run(async move |db| complete_on(db, command).await)
+            },
+        )
+        .await;
+        for (index, answer) in decided {
+            answers[index] = Some(answer);
+        }
+        super::filled(answers)
+    }
 }
 
 /// Decides from the stored state, then records what it decided.

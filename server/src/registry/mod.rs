@@ -15,6 +15,7 @@ mod replays;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use sqlx::PgConnection;
 
 use crate::domain::claim::ClaimOutcome;
@@ -31,6 +32,12 @@ pub use gather::GatherSettings;
 pub use maintenance::{MaintenancePass, MaintenanceSettings};
 pub use read::{LookupAnswer, QueuePage};
 pub use replays::ReplaySettings;
+
+/// Steps of one batch call that need a database session of their own (a
+/// retry, takeover, reconcile or exhaustion of an existing operation, a
+/// compensation, a report the shared statement did not record) in flight at
+/// once, so that one call does not take the pool from other callers.
+const BATCH_SESSIONS_IN_FLIGHT: usize = 8;
 
 /// The operation registry over one PostgreSQL database. Cheap to clone; any
 /// number of replicas may serve the same database.
@@ -98,6 +105,55 @@ async fn run_on<T>(
     };
     let outcome = use_case(&mut session).await;
     session.finish(outcome).await
+}
+
+/// Runs `step` for each `(index, input)` of a batch call: one operation's
+/// items in their order, as if run in sequence, different operations
+/// concurrently (at most [`BATCH_SESSIONS_IN_FLIGHT`]). Answers come back
+/// with their indexes, in no particular order.
+async fn each_operation_in_order<'a, S, T, F>(
+    mut items: Vec<(usize, S)>,
+    identity: impl Fn(usize) -> (&'a str, &'a str),
+    step: impl Fn(usize, S) -> F,
+) -> Vec<(usize, T)>
+where
+    F: Future<Output = T>,
+{
+    items.sort_by_key(|&(index, _)| (identity(index), index));
+    let mut by_operation: Vec<Vec<(usize, S)>> = Vec::new();
+    for (index, input) in items {
+        match by_operation.last_mut() {
+            Some(same) if identity(same[0].0) == identity(index) => same.push((index, input)),
+            _ => by_operation.push(vec![(index, input)]),
+        }
+    }
+    let step = &step;
+    let answered: Vec<Vec<(usize, T)>> = futures::stream::iter(by_operation)
+        .map(|items| async move {
+            let mut answered = Vec::with_capacity(items.len());
+            for (index, input) in items {
+                answered.push((index, step(index, input).await));
+            }
+            answered
+        })
+        .buffer_unordered(BATCH_SESSIONS_IN_FLIGHT)
+        .collect()
+        .await;
+    answered.into_iter().flatten().collect()
+}
+
+/// A batch call's answers once every slot is filled; an empty slot would be
+/// a bug in the batch's bookkeeping, answered INTERNAL rather than panicking.
+fn filled<T>(answers: Vec<Option<Result<T>>>) -> Vec<Result<T>> {
+    answers
+        .into_iter()
+        .map(|answer| {
+            answer.unwrap_or_else(|| {
+                tracing::error!("a batch item was left unanswered");
+                Err(RegistryError::Internal)
+            })
+        })
+        .collect()
 }
 
 impl ClaimAnswer {

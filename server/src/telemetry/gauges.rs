@@ -14,31 +14,43 @@ use crate::store::operations::{self, BacklogRow};
 /// A refresh gives up after this long; the gauges then keep their last values.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Refreshes the gauges every `interval` until the task is aborted. `pool`
-/// is only observed (its size and idle connections), never used.
+/// The most of one core's time the refreshes may take: a refresh that took
+/// `t` is followed by a pause of at least `t` times this factor.
+const PAUSE_PER_REFRESH_TIME: u32 = 19;
+
+/// Refreshes the gauges every `interval` until the task is aborted, or less
+/// often when the backlog makes a refresh slow (its query counts every
+/// unfinished row), so the gauges never take more than a twentieth of the
+/// database's time. `pool` is only observed (its size and idle connections),
+/// never used.
 pub async fn refresh_forever(options: PgConnectOptions, pool: PgPool, interval: Duration) {
     let mut connection = Dedicated::new(options);
     let mut reported = Reported::default();
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        ticker.tick().await;
         metrics::pool(pool.size(), pool.num_idle());
-        let Some(open) = connection.get(QUERY_TIMEOUT).await else {
-            continue;
-        };
-        match tokio::time::timeout(QUERY_TIMEOUT, operations::backlog(open)).await {
-            Ok(Ok(rows)) => reported.set(&rows),
-            Ok(Err(error)) => {
-                tracing::warn!(%error, "cannot read the backlog");
-                connection.reset();
-            }
-            Err(_) => {
-                tracing::warn!("the backlog query timed out");
-                connection.reset();
+        let started = tokio::time::Instant::now();
+        if let Some(open) = connection.get(QUERY_TIMEOUT).await {
+            match tokio::time::timeout(QUERY_TIMEOUT, operations::backlog(open)).await {
+                Ok(Ok(rows)) => reported.set(&rows),
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "cannot read the backlog");
+                    connection.reset();
+                }
+                Err(_) => {
+                    tracing::warn!("the backlog query timed out");
+                    connection.reset();
+                }
             }
         }
+        tokio::time::sleep(pause_after(interval, started.elapsed())).await;
     }
+}
+
+/// How long to wait before the next refresh, after one that took `took`.
+fn pause_after(interval: Duration, took: Duration) -> Duration {
+    interval
+        .saturating_sub(took)
+        .max(took.saturating_mul(PAUSE_PER_REFRESH_TIME))
 }
 
 /// Label sets reported so far, so a backlog that empties drops to zero
@@ -68,7 +80,7 @@ impl Reported {
             .map(|namespace| (namespace.clone(), NamespaceGauges::default()))
             .collect();
         for row in rows {
-            let namespace = metrics::namespace_label(&row.namespace);
+            let namespace = metrics::namespace_label(&row.namespace).to_owned();
             *backlog
                 .entry((namespace.clone(), row.state.clone()))
                 .or_default() += row.operations as f64;
@@ -91,5 +103,28 @@ impl Reported {
         }
         self.backlog = backlog;
         self.namespaces = namespaces;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refreshes_keep_their_interval_until_they_would_take_a_twentieth_of_the_time() {
+        let interval = Duration::from_secs(15);
+        let ms = Duration::from_millis;
+        assert_eq!(
+            pause_after(interval, ms(20)),
+            ms(14_980),
+            "start to start: 15 s"
+        );
+        assert_eq!(pause_after(interval, ms(750)), ms(14_250));
+        assert_eq!(
+            pause_after(interval, ms(1_900)),
+            ms(36_100),
+            "1.9 s in every 38 s"
+        );
+        assert_eq!(pause_after(interval, Duration::ZERO), interval);
     }
 }

@@ -129,8 +129,8 @@ impl<B: Body> Body for MeteredBody<B> {
 
 /// One RPC in flight. Dropped unfinished (the client went away), it counts as CANCELLED.
 pub struct Call {
-    service: String,
-    method: String,
+    service: &'static str,
+    method: &'static str,
     kind: &'static str,
     started: Instant,
     finished: bool,
@@ -142,7 +142,7 @@ impl Call {
         let (service, method) = path
             .trim_start_matches('/')
             .split_once('/')
-            .filter(|(service, method)| is_served(service, method))
+            .and_then(|(service, method)| served(service, method))
             .unwrap_or(("unknown", "unknown"));
         let kind = match method {
             "ServerReflectionInfo" => "bidi_stream",
@@ -151,8 +151,8 @@ impl Call {
         };
         metrics::grpc_started(service, method, kind);
         Self {
-            service: service.to_owned(),
-            method: method.to_owned(),
+            service,
+            method,
             kind,
             started: Instant::now(),
             finished: false,
@@ -166,7 +166,7 @@ impl Call {
     fn record(&mut self, code: &'static str) {
         self.finished = true;
         let seconds = self.started.elapsed().as_secs_f64();
-        metrics::grpc_handled(&self.service, &self.method, self.kind, code, seconds);
+        metrics::grpc_handled(self.service, self.method, self.kind, code, seconds);
     }
 }
 
@@ -178,10 +178,11 @@ impl Drop for Call {
     }
 }
 
-/// The methods this server serves.
-fn is_served(service: &str, method: &str) -> bool {
-    match service {
-        "opreg.v1.OperationRegistry" => [
+/// The methods this server serves, by service.
+const SERVED: &[(&str, &[&str])] = &[
+    (
+        "opreg.v1.OperationRegistry",
+        &[
             "Claim",
             "Complete",
             "Lookup",
@@ -189,22 +190,36 @@ fn is_served(service: &str, method: &str) -> bool {
             "FencedWrite",
             "GetResource",
             "ClaimDue",
-        ]
-        .contains(&method),
-        "opreg.v1.OperationAdmin" => [
+            "BatchClaim",
+            "BatchComplete",
+        ],
+    ),
+    (
+        "opreg.v1.OperationAdmin",
+        &[
             "ListOperations",
             "ResolveOperation",
             "RequeueOperation",
             "HoldOperation",
             "ReleaseOperation",
-        ]
-        .contains(&method),
-        "grpc.health.v1.Health" => ["Check", "Watch"].contains(&method),
-        "grpc.reflection.v1.ServerReflection" | "grpc.reflection.v1alpha.ServerReflection" => {
-            method == "ServerReflectionInfo"
-        }
-        _ => false,
-    }
+        ],
+    ),
+    ("grpc.health.v1.Health", &["Check", "Watch"]),
+    (
+        "grpc.reflection.v1.ServerReflection",
+        &["ServerReflectionInfo"],
+    ),
+    (
+        "grpc.reflection.v1alpha.ServerReflection",
+        &["ServerReflectionInfo"],
+    ),
+];
+
+/// The served method's names as labels, if it is one this server serves.
+fn served(service: &str, method: &str) -> Option<(&'static str, &'static str)> {
+    let (service, methods) = SERVED.iter().find(|(served, _)| *served == service)?;
+    let method = methods.iter().find(|served| **served == method)?;
+    Some((service, method))
 }
 
 /// gRPC status codes as the usual gRPC dashboards name them.
@@ -279,12 +294,41 @@ mod tests {
 
     #[test]
     fn only_served_methods_become_labels() {
+        let is_served = |service, method| served(service, method).is_some();
         assert!(is_served("opreg.v1.OperationRegistry", "Claim"));
         assert!(is_served("grpc.health.v1.Health", "Check"));
         assert!(is_served("opreg.v1.OperationRegistry", "ClaimDue"));
+        assert!(is_served("opreg.v1.OperationRegistry", "BatchClaim"));
+        assert!(is_served("opreg.v1.OperationRegistry", "BatchComplete"));
         assert!(is_served("opreg.v1.OperationAdmin", "HoldOperation"));
         assert!(!is_served("opreg.v1.OperationRegistry", "Nope"));
         assert!(!is_served("x", "y"));
+    }
+
+    #[test]
+    fn every_method_of_the_contract_is_served() {
+        use prost::Message;
+        let contract =
+            prost_types::FileDescriptorSet::decode(opreg_proto::FILE_DESCRIPTOR_SET).unwrap();
+        let mut methods = 0;
+        for file in contract
+            .file
+            .iter()
+            .filter(|file| file.package() == "opreg.v1")
+        {
+            for service in &file.service {
+                let service_name = format!("opreg.v1.{}", service.name());
+                for method in &service.method {
+                    assert!(
+                        served(&service_name, method.name()).is_some(),
+                        "{service_name}/{} has no label",
+                        method.name()
+                    );
+                    methods += 1;
+                }
+            }
+        }
+        assert!(methods >= 14, "read {methods} methods from the contract");
     }
 
     #[test]

@@ -2,11 +2,12 @@
 //! alerts depend on them), units, help texts, buckets, and the functions that
 //! record them. Nothing else in the code names a metric.
 
-use std::collections::HashSet;
-use std::sync::{Mutex, OnceLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::{OnceLock, RwLock};
 
 use metrics::{
-    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+    Counter, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge,
+    histogram,
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -69,10 +70,82 @@ pub const OTHER_NAMESPACE: &str = "other";
 
 struct Exporter {
     handle: PrometheusHandle,
-    namespaces: Mutex<HashSet<String>>,
+    /// Namespaces that are labels of their own, interned: at most the cap,
+    /// or the allowlist, each kept for the life of the process.
+    namespaces: RwLock<HashSet<&'static str>>,
     namespace_cap: usize,
     /// When given, the only namespaces that become labels.
-    allowlist: Option<HashSet<String>>,
+    allowlist: bool,
+    counters: Series<Counter>,
+    histograms: Series<Histogram>,
+}
+
+/// Series handles by metric and label values, registered with the recorder
+/// on first use. Recording then costs a read lock and an atomic add, not the
+/// recorder's lookup of a key built (and allocated) from the labels on every
+/// call. Every label value is static or an interned namespace, so the map is
+/// bounded by the metrics' label sets.
+struct Series<H> {
+    handles: RwLock<HashMap<SeriesKey, H>>,
+}
+
+/// A metric's name and its label values in the order the metric names them.
+type SeriesKey = (&'static str, [&'static str; 4]);
+
+impl<H: Clone> Series<H> {
+    fn new() -> Self {
+        Self {
+            handles: RwLock::new(HashMap::new()),
+        }
+    }
+
+    fn get(&self, key: SeriesKey, register: impl FnOnce() -> H) -> H {
+        if let Some(handle) = read(&self.handles).get(&key) {
+            return handle.clone();
+        }
+        let handle = register();
+        write(&self.handles).entry(key).or_insert(handle).clone()
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Handles the exporter keeps a [`Series`] of.
+trait Kept: Clone + Sized {
+    fn series(exporter: &Exporter) -> &Series<Self>;
+}
+
+impl Kept for Counter {
+    fn series(exporter: &Exporter) -> &Series<Self> {
+        &exporter.counters
+    }
+}
+
+impl Kept for Histogram {
+    fn series(exporter: &Exporter) -> &Series<Self> {
+        &exporter.histograms
+    }
+}
+
+/// The handle of metric `name` with these label values, registered by
+/// `register` the first time; before the exporter is installed, whatever
+/// `register` gives (the recorder's no-op), never kept.
+fn series_handle<H: Kept>(
+    name: &'static str,
+    values: [&'static str; 4],
+    register: impl FnOnce() -> H,
+) -> H {
+    match EXPORTER.get() {
+        Some(exporter) => H::series(exporter).get((name, values), register),
+        None => register(),
+    }
 }
 
 static EXPORTER: OnceLock<Exporter> = OnceLock::new();
@@ -105,9 +178,16 @@ pub fn install(namespace_cap: usize, allowlist: &[String]) -> Result<PrometheusH
     let handle = recorder.handle();
     let exporter = Exporter {
         handle,
-        namespaces: Mutex::new(HashSet::new()),
+        namespaces: RwLock::new(
+            allowlist
+                .iter()
+                .map(|namespace| intern(namespace))
+                .collect(),
+        ),
         namespace_cap,
-        allowlist: (!allowlist.is_empty()).then(|| allowlist.iter().cloned().collect()),
+        allowlist: !allowlist.is_empty(),
+        counters: Series::new(),
+        histograms: Series::new(),
     };
     if EXPORTER.set(exporter).is_ok() {
         metrics::set_global_recorder(recorder).map_err(|error| error.to_string())?;
@@ -321,42 +401,60 @@ fn describe() {
 /// The label for `namespace`: with an allowlist, itself when listed; without
 /// one, itself while fewer than the cap have been seen; else `other`, so label
 /// cardinality stays bounded.
-pub fn namespace_label(namespace: &str) -> String {
+pub fn namespace_label(namespace: &str) -> &'static str {
     let Some(exporter) = EXPORTER.get() else {
-        return OTHER_NAMESPACE.to_owned();
+        return OTHER_NAMESPACE;
     };
-    // Configured namespaces keep their labels whatever arrives first.
-    if let Some(allowed) = &exporter.allowlist {
-        return if allowed.contains(namespace) {
-            namespace.to_owned()
-        } else {
-            OTHER_NAMESPACE.to_owned()
-        };
+    if let Some(known) = read(&exporter.namespaces).get(namespace) {
+        return known;
     }
-    let mut seen = exporter
-        .namespaces
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if seen.contains(namespace) {
-        return namespace.to_owned();
+    // Configured namespaces keep their labels whatever arrives first.
+    if exporter.allowlist {
+        return OTHER_NAMESPACE;
+    }
+    let mut seen = write(&exporter.namespaces);
+    if let Some(known) = seen.get(namespace) {
+        return known;
     }
     if seen.len() < exporter.namespace_cap {
-        seen.insert(namespace.to_owned());
-        return namespace.to_owned();
+        let label = intern(namespace);
+        seen.insert(label);
+        return label;
     }
-    OTHER_NAMESPACE.to_owned()
+    OTHER_NAMESPACE
+}
+
+/// A label kept for the life of the process; only namespaces under the cap
+/// or in the allowlist are interned, so the memory is bounded.
+fn intern(namespace: &str) -> &'static str {
+    Box::leak(namespace.to_owned().into_boxed_str())
+}
+
+/// One more of the counter `name` labelled with `namespace` and, when given,
+/// one more label.
+fn count_in(name: &'static str, namespace: &str, label: Option<(&'static str, &'static str)>) {
+    let namespace = namespace_label(namespace);
+    match label {
+        None => series_handle(
+            name,
+            [namespace, "", "", ""],
+            || counter!(name, "namespace" => namespace),
+        ),
+        Some((key, value)) => series_handle(
+            name,
+            [namespace, value, "", ""],
+            || counter!(name, "namespace" => namespace, key => value),
+        ),
+    }
+    .increment(1);
 }
 
 /// A Claim's answer. A refused request's namespace may itself be the invalid
 /// part, so it only becomes a label when it is a valid namespace.
 pub fn claim_answered(namespace: &str, outcome: &'static str) {
     let valid = check_identifier("namespace", namespace, NAMESPACE_MAX_BYTES).is_ok();
-    let label = if valid {
-        namespace_label(namespace)
-    } else {
-        OTHER_NAMESPACE.to_owned()
-    };
-    counter!(CLAIMS, "namespace" => label, "outcome" => outcome).increment(1);
+    let namespace = if valid { namespace } else { OTHER_NAMESPACE };
+    count_in(CLAIMS, namespace, Some(("outcome", outcome)));
 }
 
 pub fn claim_outcome_label(outcome: ClaimOutcome) -> &'static str {
@@ -372,63 +470,72 @@ pub fn claim_outcome_label(outcome: ClaimOutcome) -> &'static str {
 }
 
 pub fn registered(namespace: &str) {
-    counter!(REGISTERED, "namespace" => namespace_label(namespace)).increment(1);
+    count_in(REGISTERED, namespace, None);
 }
 
 pub fn parameter_conflict(namespace: &str) {
-    counter!(PARAMETER_CONFLICTS, "namespace" => namespace_label(namespace)).increment(1);
+    count_in(PARAMETER_CONFLICTS, namespace, None);
 }
 
 /// An execution started (or, for `None`, a live lease resumed).
 pub fn execution(namespace: &str, kind: Option<ExecutionKind>) {
     let kind = kind.map_or("resume", ExecutionKind::as_str);
-    counter!(EXECUTIONS, "namespace" => namespace_label(namespace), "kind" => kind).increment(1);
+    count_in(EXECUTIONS, namespace, Some(("kind", kind)));
     if kind == ExecutionKind::Takeover.as_str() {
-        counter!(LEASE_TAKEOVERS, "namespace" => namespace_label(namespace)).increment(1);
+        count_in(LEASE_TAKEOVERS, namespace, None);
     }
 }
 
 pub fn compensation(namespace: &str) {
-    counter!(COMPENSATIONS, "namespace" => namespace_label(namespace)).increment(1);
+    count_in(COMPENSATIONS, namespace, None);
 }
 
 pub fn completion(namespace: &str, outcome: &'static str) {
-    counter!(COMPLETIONS, "namespace" => namespace_label(namespace), "outcome" => outcome)
-        .increment(1);
+    count_in(COMPLETIONS, namespace, Some(("outcome", outcome)));
     if outcome == "unknown" {
-        counter!(UNKNOWN_OUTCOMES, "namespace" => namespace_label(namespace)).increment(1);
+        count_in(UNKNOWN_OUTCOMES, namespace, None);
     }
 }
 
 /// An operation reached a terminal status after `attempts` attempts.
 pub fn finished(namespace: &str, status: Status, attempts: u32) {
     if matches!(status, Status::Succeeded | Status::Failed | Status::Dead) {
-        histogram!(ATTEMPTS_PER_OPERATION, "namespace" => namespace_label(namespace))
-            .record(f64::from(attempts));
+        let namespace = namespace_label(namespace);
+        series_handle(
+            ATTEMPTS_PER_OPERATION,
+            [namespace, "", "", ""],
+            || histogram!(ATTEMPTS_PER_OPERATION, "namespace" => namespace),
+        )
+        .record(f64::from(attempts));
     }
 }
 
 pub fn stale_token(namespace: &str, rpc: &'static str) {
-    counter!(STALE_TOKEN_REJECTIONS, "namespace" => namespace_label(namespace), "rpc" => rpc)
-        .increment(1);
+    count_in(STALE_TOKEN_REJECTIONS, namespace, Some(("rpc", rpc)));
 }
 
-pub fn grpc_started(service: &str, method: &str, kind: &'static str) {
-    counter!(GRPC_STARTED, "grpc_service" => service.to_owned(), "grpc_method" => method.to_owned(), "grpc_type" => kind)
-        .increment(1);
+pub fn grpc_started(service: &'static str, method: &'static str, kind: &'static str) {
+    series_handle(GRPC_STARTED, [service, method, kind, ""], || {
+        counter!(GRPC_STARTED, "grpc_service" => service, "grpc_method" => method, "grpc_type" => kind)
+    })
+    .increment(1);
 }
 
 pub fn grpc_handled(
-    service: &str,
-    method: &str,
+    service: &'static str,
+    method: &'static str,
     kind: &'static str,
     code: &'static str,
     seconds: f64,
 ) {
-    counter!(GRPC_HANDLED, "grpc_service" => service.to_owned(), "grpc_method" => method.to_owned(), "grpc_type" => kind, "grpc_code" => code)
-        .increment(1);
-    histogram!(GRPC_HANDLING_SECONDS, "grpc_service" => service.to_owned(), "grpc_method" => method.to_owned(), "grpc_type" => kind)
-        .record(seconds);
+    series_handle(GRPC_HANDLED, [service, method, kind, code], || {
+        counter!(GRPC_HANDLED, "grpc_service" => service, "grpc_method" => method, "grpc_type" => kind, "grpc_code" => code)
+    })
+    .increment(1);
+    series_handle(GRPC_HANDLING_SECONDS, [service, method, kind, ""], || {
+        histogram!(GRPC_HANDLING_SECONDS, "grpc_service" => service, "grpc_method" => method, "grpc_type" => kind)
+    })
+    .record(seconds);
 }
 
 pub fn pool(size: u32, idle: usize) {
@@ -454,19 +561,27 @@ impl Drop for PoolWaiter {
 }
 
 pub fn query(name: &'static str, seconds: f64) {
-    histogram!(QUERY_DURATION, "query" => name).record(seconds);
+    series_handle(
+        QUERY_DURATION,
+        [name, "", "", ""],
+        || histogram!(QUERY_DURATION, "query" => name),
+    )
+    .record(seconds);
 }
 
 pub fn claim_batch(claims: usize) {
-    histogram!(CLAIM_BATCH_SIZE).record(claims as f64);
+    series_handle(CLAIM_BATCH_SIZE, [""; 4], || histogram!(CLAIM_BATCH_SIZE)).record(claims as f64);
 }
 
 pub fn complete_batch(reports: usize) {
-    histogram!(COMPLETE_BATCH_SIZE).record(reports as f64);
+    series_handle(COMPLETE_BATCH_SIZE, [""; 4], || {
+        histogram!(COMPLETE_BATCH_SIZE)
+    })
+    .record(reports as f64);
 }
 
 pub fn replay_cache_hit(namespace: &str) {
-    counter!(REPLAY_CACHE_HITS, "namespace" => namespace_label(namespace)).increment(1);
+    count_in(REPLAY_CACHE_HITS, namespace, None);
 }
 
 pub fn replay_cache_following(following: bool) {
@@ -489,13 +604,15 @@ pub fn due_and_compensations(namespace: &str, oldest_due_age_seconds: f64, compe
 }
 
 pub fn claimed_due(namespace: &str, kind: ExecutionKind) {
-    counter!(CLAIM_DUE_OPERATIONS, "namespace" => namespace_label(namespace), "kind" => kind.as_str())
-        .increment(1);
+    count_in(
+        CLAIM_DUE_OPERATIONS,
+        namespace,
+        Some(("kind", kind.as_str())),
+    );
 }
 
 pub fn admin_action(namespace: &str, action: AdminAction) {
-    counter!(ADMIN_ACTIONS, "namespace" => namespace_label(namespace), "action" => action.as_str())
-        .increment(1);
+    count_in(ADMIN_ACTIONS, namespace, Some(("action", action.as_str())));
 }
 
 pub fn purged(namespace: &str, operations: u64) {
@@ -503,7 +620,7 @@ pub fn purged(namespace: &str, operations: u64) {
 }
 
 pub fn maintenance_exhausted(namespace: &str) {
-    counter!(MAINTENANCE_EXHAUSTED, "namespace" => namespace_label(namespace)).increment(1);
+    count_in(MAINTENANCE_EXHAUSTED, namespace, None);
 }
 
 pub fn retention_lag(namespace: &str, seconds: f64) {
@@ -528,7 +645,7 @@ pub fn auth_refused(reason: &'static str) {
 }
 
 pub fn rate_limited(namespace: &str) {
-    counter!(RATE_LIMITED, "namespace" => namespace_label(namespace)).increment(1);
+    count_in(RATE_LIMITED, namespace, None);
 }
 
 pub fn config_reloaded(file: &'static str, ok: bool) {
