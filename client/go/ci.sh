@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI for the Go client (client/go): gofmt, go vet, go.mod tidy, the generated
+# CI for the Go client (client/go): gofmt, go vet, staticcheck, go.mod tidy, the generated
 # code up to date with proto/ (scripts/check-generated.sh installs the pinned
 # protoc-gen-go and protoc-gen-go-grpc into .bin/; buf comes from npm), the
 # version (opreg.Version = the repository's VERSION), then `go test -race`
@@ -8,7 +8,8 @@
 # .ci/run's cargo steps) once, with an embedded PostgreSQL in a temporary
 # directory, and the conformance scenarios run through $OPREG_FAULT_PROXY_BIN
 # (default <repo>/target/debug/opreg-fault-proxy). Extra arguments go to
-# `go test` (e.g. ./ci.sh -run TestConformance -v).
+# `go test` (e.g. ./ci.sh -run TestConformance -v). With OPREG_CI_LINT_ONLY
+# set it stops before the tests (`.ci/run quick`).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -20,7 +21,7 @@ started=$SECONDS
 export OPREG_SERVER_BIN="${OPREG_SERVER_BIN:-$repo/target/debug/opreg-server}"
 export OPREG_FAULT_PROXY_BIN="${OPREG_FAULT_PROXY_BIN:-$repo/target/debug/opreg-fault-proxy}"
 for binary in "$OPREG_SERVER_BIN" "$OPREG_FAULT_PROXY_BIN"; do
-  if [[ ! -x "$binary" ]]; then
+  if [[ -z "${OPREG_CI_LINT_ONLY:-}" && ! -x "$binary" ]]; then
     echo "not found: $binary (cargo build -p opreg-server -p opreg-conformance, or set OPREG_SERVER_BIN / OPREG_FAULT_PROXY_BIN)" >&2
     exit 1
   fi
@@ -41,6 +42,12 @@ step "go vet"
 go vet ./...
 echo "go vet: ok"
 
+step "staticcheck (scripts/tools.sh pins it)"
+# shellcheck source=scripts/tools.sh
+source scripts/tools.sh
+staticcheck ./...
+echo "staticcheck: ok"
+
 step "go.mod and go.sum are tidy"
 go mod tidy -diff
 echo "go.mod: tidy"
@@ -59,6 +66,11 @@ echo "version: $want"
 step "go build ./cmd/interop"
 go build -o /dev/null ./cmd/interop
 echo "cmd/interop: builds"
+
+if [[ -n "${OPREG_CI_LINT_ONLY:-}" ]]; then
+  echo "go client: lint only (OPREG_CI_LINT_ONLY): ok ($((SECONDS - started)) s)"
+  exit 0
+fi
 
 step "go test -race (server: $OPREG_SERVER_BIN)"
 # The conformance scenarios mostly wait on timers: four at a time.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI for the TypeScript client (@opreg/client): a clean install from
 # package-lock.json, the version check, the generated-code check, buf lint and
-# buf breaking on proto/, the build, the tests against a real opreg server (the
+# buf breaking on proto/, ESLint, the build, the tests against a real opreg server (the
 # run-once conformance scenarios through opreg-fault-proxy included), and the
 # installable package: `npm pack`, installed into a fresh directory, running
 # examples/quickstart.mjs against a server started here.
@@ -10,7 +10,8 @@
 # <repo>/target/debug/opreg-server, which CI builds first) with an embedded
 # PostgreSQL in a temporary directory, on OS-chosen ports, and stop it at the
 # end; the conformance and tracing tests start OPREG_FAULT_PROXY_BIN (default
-# <repo>/target/debug/opreg-fault-proxy) in front of it.
+# <repo>/target/debug/opreg-fault-proxy) in front of it. With OPREG_CI_LINT_ONLY
+# set it stops after the build, which type-checks (`.ci/run quick`).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -18,29 +19,6 @@ cd "$here"
 
 step() { printf '\n== %s\n' "$*"; }
 
-server_bin="${OPREG_SERVER_BIN:-$repo/target/debug/opreg-server}"
-if [[ ! -x "$server_bin" ]]; then
-  if [[ -z "${OPREG_SERVER_BIN:-}" ]] && command -v cargo >/dev/null; then
-    step "building opreg-server (not found at $server_bin)"
-    (cd "$repo" && cargo build -p opreg-server)
-  else
-    echo "opreg server binary not found at $server_bin (build it or set OPREG_SERVER_BIN)" >&2
-    exit 1
-  fi
-fi
-export OPREG_SERVER_BIN="$server_bin"
-
-proxy_bin="${OPREG_FAULT_PROXY_BIN:-$repo/target/debug/opreg-fault-proxy}"
-if [[ ! -x "$proxy_bin" ]]; then
-  if [[ -z "${OPREG_FAULT_PROXY_BIN:-}" ]] && command -v cargo >/dev/null; then
-    step "building opreg-fault-proxy (not found at $proxy_bin)"
-    (cd "$repo" && cargo build -p opreg-conformance)
-  else
-    echo "opreg-fault-proxy not found at $proxy_bin (build it: cargo build -p opreg-conformance, or set OPREG_FAULT_PROXY_BIN)" >&2
-    exit 1
-  fi
-fi
-export OPREG_FAULT_PROXY_BIN="$proxy_bin"
 
 step "version: package.json = $repo/VERSION = src/version.ts"
 package_version="$(node -p 'require("./package.json").version')"
@@ -72,8 +50,36 @@ echo "buf lint: ok"
 step "buf breaking against proto/baseline/opreg.binpb"
 bash scripts/buf-breaking.sh
 
+step "eslint (eslint.config.mjs)"
+npm run --silent lint
+echo "eslint: ok"
+
 step "build"
 npm run --silent build
+
+if [[ -n "${OPREG_CI_LINT_ONLY:-}" ]]; then
+  echo "typescript client: lint only (OPREG_CI_LINT_ONLY): ok"
+  exit 0
+fi
+
+# Exports $1, a binary the tests start: its value, else $2, built from cargo
+# package $3 when it is absent and $1 was not set.
+require_binary() {
+  local variable=$1 default=$2 package=$3
+  local path="${!variable:-$default}"
+  if [[ ! -x "$path" ]]; then
+    if [[ -z "${!variable:-}" ]] && command -v cargo >/dev/null; then
+      step "building $package (not found at $path)"
+      (cd "$repo" && cargo build -p "$package")
+    else
+      echo "$(basename "$default") not found at $path (cargo build -p $package, or set $variable)" >&2
+      exit 1
+    fi
+  fi
+  export "$variable=$path"
+}
+require_binary OPREG_SERVER_BIN "$repo/target/debug/opreg-server" opreg-server
+require_binary OPREG_FAULT_PROXY_BIN "$repo/target/debug/opreg-fault-proxy" opreg-conformance
 
 step "tests (server: $OPREG_SERVER_BIN)"
 node --test --test-concurrency=1 dist/test/*.test.js

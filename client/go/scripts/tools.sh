@@ -1,12 +1,14 @@
 # Sourced by generate.sh, check-generated.sh and ci.sh: puts the code
-# generators on PATH. protoc-gen-go and protoc-gen-go-grpc are installed with
-# `go install` into client/go/.bin (pinned here: the versions the committed
-# gen/ was made with); buf is $BUF, else the one client/typescript installed
-# from npm, else one installed from npm into client/go/.bin/npm.
+# generators and staticcheck on PATH. protoc-gen-go and protoc-gen-go-grpc are
+# installed with `go install` into client/go/.bin (pinned here: the versions
+# the committed gen/ was made with), and so is staticcheck; buf is $BUF, else
+# the one client/typescript installed from npm, else one installed from npm
+# into client/go/.bin/npm.
 # shellcheck shell=bash
 PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
 BUF_NPM_VERSION=1.75.0
+STATICCHECK_VERSION=v0.8.2 # honnef.co/go/tools; prints "staticcheck 2026.2.2 (0.8.2)"
 
 go_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tools_bin="$go_root/.bin"
@@ -20,6 +22,9 @@ if [[ "$(installed_version protoc-gen-go)" != *"${PROTOC_GEN_GO_VERSION}"* ]]; t
 fi
 if [[ "$(installed_version protoc-gen-go-grpc)" != *"${PROTOC_GEN_GO_GRPC_VERSION#v}"* ]]; then
   GOBIN="$tools_bin" go install "google.golang.org/grpc/cmd/protoc-gen-go-grpc@${PROTOC_GEN_GO_GRPC_VERSION}"
+fi
+if [[ "$(installed_version staticcheck)" != *"(${STATICCHECK_VERSION#v})"* ]]; then
+  GOBIN="$tools_bin" go install "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}"
 fi
 PATH="$tools_bin:$PATH"
 

@@ -16,6 +16,9 @@ let api: OpenTelemetryApi | null | undefined;
 function openTelemetry(): OpenTelemetryApi | null {
   if (api === undefined) {
     try {
+      // An optional peer dependency, loaded only if present: an import would
+      // make it required.
+      // eslint-disable-next-line @typescript-eslint/no-require-imports
       api = require("@opentelemetry/api") as OpenTelemetryApi;
     } catch {
       api = null;

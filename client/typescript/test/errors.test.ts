@@ -18,7 +18,6 @@ import {
   DeadlineExceededError,
   RateLimitedError,
   decodeRpcStatus,
-  ERROR_DOMAIN,
   fromServiceError,
   MessageTooLargeError,
   NotFoundError,
