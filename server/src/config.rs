@@ -624,6 +624,79 @@ impl<T: FromStr<Err: std::fmt::Display>> FromStr for Overrides<T> {
 mod tests {
     use super::*;
 
+    /// OPERATIONS.md's configuration reference: the lines between these two
+    /// markers are generated from the flags below.
+    const REFERENCE_BEGINS: &str = "<!-- configuration reference:";
+    const REFERENCE_ENDS: &str = "<!-- end of configuration reference -->";
+
+    /// One table row per flag: its variable, flag, default and help text.
+    fn configuration_reference() -> String {
+        use clap::CommandFactory;
+        let mut table =
+            String::from("| variable | flag | default | meaning |\n|---|---|---|---|\n");
+        for arg in Config::command().get_arguments() {
+            let Some(long) = arg.get_long() else {
+                continue;
+            };
+            if arg.is_hide_set() || matches!(long, "help" | "version") {
+                continue;
+            }
+            let env = arg
+                .get_env()
+                .map(|env| format!("`{}`", env.to_string_lossy()))
+                .unwrap_or_else(|| "—".to_owned());
+            let defaults: Vec<String> = arg
+                .get_default_values()
+                .iter()
+                .map(|value| value.to_string_lossy().into_owned())
+                .collect();
+            let default = if defaults.is_empty() {
+                "—".to_owned()
+            } else {
+                format!("`{}`", defaults.join(","))
+            };
+            let help = arg
+                .get_long_help()
+                .or(arg.get_help())
+                .map(|help| help.to_string())
+                .unwrap_or_default();
+            let meaning = help
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .replace('|', "\\|");
+            table.push_str(&format!("| {env} | `--{long}` | {default} | {meaning} |\n"));
+        }
+        table
+    }
+
+    /// Rewritten by `OPREG_BLESS=1 cargo test -p opreg-server --lib
+    /// configuration_reference`, so a new or changed flag cannot leave the
+    /// operators' reference behind.
+    #[test]
+    fn configuration_reference_in_operations_md_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../OPERATIONS.md");
+        let text = std::fs::read_to_string(path).expect("OPERATIONS.md");
+        let begins = text
+            .find(REFERENCE_BEGINS)
+            .expect("the reference's first marker");
+        let table_starts = begins + text[begins..].find('\n').expect("a marker line") + 1;
+        let table_ends = text
+            .find(REFERENCE_ENDS)
+            .expect("the reference's last marker");
+        let wanted = configuration_reference();
+        if std::env::var_os("OPREG_BLESS").is_some() {
+            let blessed = format!("{}{wanted}{}", &text[..table_starts], &text[table_ends..]);
+            std::fs::write(path, blessed).expect("OPERATIONS.md written");
+            return;
+        }
+        assert!(
+            text[table_starts..table_ends] == wanted,
+            "OPERATIONS.md's configuration reference is out of date: run \
+             OPREG_BLESS=1 cargo test -p opreg-server --lib configuration_reference"
+        );
+    }
+
     #[test]
     fn defaults_are_valid_and_documented_values() {
         let config = Config::defaults();

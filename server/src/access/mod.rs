@@ -20,7 +20,7 @@ use crate::domain::error::RegistryError;
 pub enum Role {
     /// Lookup, GetResource, ListOperations.
     Reader,
-    /// Claim, Complete, Renew, FencedWrite, ClaimDue.
+    /// Claim, Complete, Renew, FencedWrite, ClaimDue, BatchClaim, BatchComplete.
     Worker,
     /// The `OperationAdmin` actions.
     Admin,
