@@ -433,7 +433,15 @@ fn intern(namespace: &str) -> &'static str {
 /// One more of the counter `name` labelled with `namespace` and, when given,
 /// one more label.
 fn count_in(name: &'static str, namespace: &str, label: Option<(&'static str, &'static str)>) {
-    let namespace = namespace_label(namespace);
+    count_labelled(name, namespace_label(namespace), label);
+}
+
+/// [`count_in`] with the namespace's label already decided.
+fn count_labelled(
+    name: &'static str,
+    namespace: &'static str,
+    label: Option<(&'static str, &'static str)>,
+) {
     match label {
         None => series_handle(
             name,
@@ -453,8 +461,13 @@ fn count_in(name: &'static str, namespace: &str, label: Option<(&'static str, &'
 /// part, so it only becomes a label when it is a valid namespace.
 pub fn claim_answered(namespace: &str, outcome: &'static str) {
     let valid = check_identifier("namespace", namespace, NAMESPACE_MAX_BYTES).is_ok();
-    let namespace = if valid { namespace } else { OTHER_NAMESPACE };
-    count_in(CLAIMS, namespace, Some(("outcome", outcome)));
+    // An invalid one is `other` without taking a place under the label cap.
+    let namespace = if valid {
+        namespace_label(namespace)
+    } else {
+        OTHER_NAMESPACE
+    };
+    count_labelled(CLAIMS, namespace, Some(("outcome", outcome)));
 }
 
 pub fn claim_outcome_label(outcome: ClaimOutcome) -> &'static str {
