@@ -29,7 +29,10 @@ const LATENCY: Duration = Duration::from_millis(200);
 #[tokio::test]
 async fn a_call_abandoned_while_its_transaction_begins_leaves_no_transaction_open() {
     let app = spawn_app().await;
-    let socket = app.db_options.get_socket().expect("the test database is on a socket");
+    let socket = app
+        .db_options
+        .get_socket()
+        .expect("the test database is on a socket");
     let database_proxy = Proxy::start(Target::Unix(
         socket.join(format!(".s.PGSQL.{}", app.db_options.get_port())),
     ))
@@ -65,7 +68,10 @@ async fn a_call_abandoned_while_its_transaction_begins_leaves_no_transaction_ope
             }),
         )
         .await;
-        assert!(abandoned.is_err(), "trial {trial}: the call was not abandoned");
+        assert!(
+            abandoned.is_err(),
+            "trial {trial}: the call was not abandoned"
+        );
         database_proxy.heal();
 
         let key = format!("after-{trial}");
