@@ -3,7 +3,7 @@
 # and opreg-server (debug build) on it, claims once, stops PostgreSQL with
 # `-m immediate`, then times five Lookups through the CLI and the moment
 # /readyz turns 503. Run as root from the repository root, after
-# `cargo build -p opreg-server -p opreg-client --bins`.
+# `cargo build -p opreg-server -p opreg-cli --bins`.
 set -euo pipefail
 PG="${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin | tail -1)}"
 d=$(mktemp -d); chmod 755 $d; chown postgres $d

@@ -8,7 +8,7 @@
 #
 #   client/interop/run.sh ENDPOINT
 #
-# Needs target/debug/opreg (cargo build -p opreg-client), the Python client
+# Needs target/debug/opreg (cargo build -p opreg-cli), the Python client
 # installed in client/python/.venv, the TypeScript client built in
 # client/typescript/dist, Go, and the Java client built in client/java/target
 # (their ci.sh scripts do each).

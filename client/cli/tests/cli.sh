@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The `opreg` CLI against a running server: each outcome and its exit code.
 #
-#   client/rust/tests/cli.sh ENDPOINT     (needs target/debug/opreg)
+#   client/cli/tests/cli.sh ENDPOINT     (needs target/debug/opreg)
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/../../.." && pwd)"
 export OPREG_ENDPOINT="$1" OPREG_NAMESPACE="cli-$(date +%s%N)"
