@@ -24,8 +24,10 @@ pub enum LogFormat {
 
 /// opreg-server: the operation registry.
 ///
-/// With no database URL it runs an embedded PostgreSQL from the locally
-/// installed server binaries, in a data directory it owns.
+/// With no database URL a build with the `embedded-postgres` feature (the
+/// default, for the quick start) runs a PostgreSQL of its own from the locally
+/// installed server binaries, in a data directory it owns; a build without it
+/// (the image) refuses to start.
 #[derive(Clone, Debug, Parser)]
 #[command(name = "opreg-server", version, about, long_about)]
 pub struct Config {
@@ -64,8 +66,9 @@ pub struct Config {
     #[arg(long, env = "OPREG_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
 
-    /// PostgreSQL URL; migrations run against it at start. Absent: embedded
-    /// PostgreSQL. A flag shows in `ps`: give a URL with a password through the
+    /// PostgreSQL URL; migrations run against it at start. Absent: the
+    /// embedded PostgreSQL in a build that has it, else a configuration error.
+    /// A flag shows in `ps`: give a URL with a password through the
     /// environment or OPREG_DATABASE_URL_FILE.
     #[arg(long, env = "OPREG_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
@@ -87,11 +90,11 @@ pub struct Config {
     #[arg(long, env = "OPREG_SESSION_DATABASE_URL", hide_env_values = true)]
     pub session_database_url: Option<String>,
 
-    /// Directory of the embedded PostgreSQL [default: ~/.local/share/opreg, or /var/lib/opreg as root].
+    /// Directory of the embedded PostgreSQL, in builds that have it [default: ~/.local/share/opreg, or /var/lib/opreg as root].
     #[arg(long, env = "OPREG_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
 
-    /// Directory holding `initdb` and `postgres` [default: searched in PATH and the usual install locations].
+    /// Directory holding the embedded PostgreSQL's `initdb` and `postgres` [default: searched in PATH and the usual install locations].
     #[arg(long, env = "OPREG_PG_BIN_DIR")]
     pub pg_bin_dir: Option<PathBuf>,
 
@@ -320,6 +323,13 @@ impl Config {
 
     /// Checks the settings that depend on each other.
     pub fn validate(&self) -> Result<(), String> {
+        if self.database_url.is_none() && !cfg!(feature = "embedded-postgres") {
+            return Err(
+                "no database: set OPREG_DATABASE_URL or OPREG_DATABASE_URL_FILE (this build has \
+                 no embedded PostgreSQL)"
+                    .into(),
+            );
+        }
         if !self.listen_addr.ip().is_loopback()
             && self.auth_file.is_none()
             && !self.allow_unauthenticated
@@ -542,12 +552,13 @@ impl Config {
     }
 
     /// The embedded PostgreSQL's directory.
+    #[cfg(feature = "embedded-postgres")]
     pub fn embedded_root(&self) -> PathBuf {
         if let Some(dir) = &self.data_dir {
             return dir.clone();
         }
         // Root's home is closed to the user PostgreSQL then runs as.
-        if crate::embedded::is_root() {
+        if opreg_embedded::is_root() {
             return PathBuf::from("/var/lib/opreg");
         }
         std::env::var_os("XDG_DATA_HOME")

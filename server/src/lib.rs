@@ -3,14 +3,13 @@
 //!
 //! Layers, outside in: [`grpc`] (transport, with [`access`]: who may call
 //! what) → [`registry`] (use cases) → [`domain`] (pure rules) and [`store`]
-//! (SQL). [`app`] wires them; [`embedded`] runs PostgreSQL when no database
-//! is configured.
+//! (SQL). [`app`] wires them. The quick start's PostgreSQL is the
+//! `opreg-embedded` crate, behind the `embedded-postgres` feature.
 
 pub mod access;
 pub mod app;
 pub mod config;
 pub mod domain;
-pub mod embedded;
 pub mod grpc;
 pub mod maintenance;
 pub mod registry;

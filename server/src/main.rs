@@ -4,12 +4,14 @@ use std::process::ExitCode;
 use std::str::FromStr;
 
 use clap::Parser;
+#[cfg(feature = "embedded-postgres")]
+use opreg_embedded::{EmbeddedOptions, EmbeddedPostgres};
 use opreg_server::app::Application;
 use opreg_server::config::{Command, Config};
-use opreg_server::embedded::{EmbeddedOptions, EmbeddedPostgres};
 use opreg_server::{shutdown, store, telemetry};
 use sqlx::postgres::PgConnectOptions;
 
+#[cfg(feature = "embedded-postgres")]
 const EMBEDDED_DATABASE: &str = "opreg";
 const POOL_CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -51,19 +53,16 @@ fn run(config: &mut Config, runtime: &tokio::runtime::Runtime) -> ExitCode {
         return migrate(config, runtime);
     }
     // Started on the main thread, which lives as long as the process:
-    // PostgreSQL is signalled to stop when the thread that started it exits.
-    let embedded = match &config.database_url {
-        Some(_) => None,
-        None => match start_embedded(config) {
-            Ok(embedded) => Some(embedded),
-            Err(error) => {
-                tracing::error!("cannot start the embedded PostgreSQL: {error}");
-                return ExitCode::FAILURE;
-            }
-        },
+    // PostgreSQL is signalled to stop when the thread that started it exits,
+    // and is stopped when `own` drops, once serving has ended.
+    let own = match own_database(config) {
+        Ok(own) => own,
+        Err(error) => {
+            tracing::error!("cannot start the embedded PostgreSQL: {error}");
+            return ExitCode::FAILURE;
+        }
     };
-    let outcome = runtime.block_on(serve(config, embedded.as_ref()));
-    drop(embedded);
+    let outcome = runtime.block_on(serve(config, &own));
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -104,6 +103,58 @@ fn parse_url(url: &str) -> Result<PgConnectOptions, BoxError> {
         .map_err(|_| "OPREG_DATABASE_URL is not a valid PostgreSQL URL".into())
 }
 
+/// The PostgreSQL the server started for itself, if it did; stopped when dropped.
+#[cfg(feature = "embedded-postgres")]
+type OwnDatabase = Option<EmbeddedPostgres>;
+/// A build without the embedded PostgreSQL never has one of its own.
+#[cfg(not(feature = "embedded-postgres"))]
+struct OwnDatabase;
+
+#[cfg(feature = "embedded-postgres")]
+fn own_database(config: &Config) -> Result<OwnDatabase, BoxError> {
+    match &config.database_url {
+        Some(_) => Ok(None),
+        None => start_embedded(config).map(Some),
+    }
+}
+
+#[cfg(not(feature = "embedded-postgres"))]
+fn own_database(_config: &Config) -> Result<OwnDatabase, BoxError> {
+    Ok(OwnDatabase)
+}
+
+#[cfg(feature = "embedded-postgres")]
+async fn database_options(
+    config: &Config,
+    own: &OwnDatabase,
+) -> Result<PgConnectOptions, BoxError> {
+    match own {
+        Some(embedded) => {
+            embedded.ensure_database(EMBEDDED_DATABASE).await?;
+            Ok(embedded.connect_options(EMBEDDED_DATABASE))
+        }
+        None => configured_options(config),
+    }
+}
+
+#[cfg(not(feature = "embedded-postgres"))]
+async fn database_options(
+    config: &Config,
+    _own: &OwnDatabase,
+) -> Result<PgConnectOptions, BoxError> {
+    configured_options(config)
+}
+
+fn configured_options(config: &Config) -> Result<PgConnectOptions, BoxError> {
+    parse_url(
+        config
+            .database_url
+            .as_deref()
+            .ok_or("no database configured")?,
+    )
+}
+
+#[cfg(feature = "embedded-postgres")]
 fn start_embedded(config: &Config) -> Result<EmbeddedPostgres, BoxError> {
     let options = EmbeddedOptions {
         root: config.embedded_root(),
@@ -120,15 +171,8 @@ fn start_embedded(config: &Config) -> Result<EmbeddedPostgres, BoxError> {
     Ok(embedded)
 }
 
-async fn serve(config: &Config, embedded: Option<&EmbeddedPostgres>) -> Result<(), BoxError> {
-    let options = match (embedded, &config.database_url) {
-        (Some(embedded), _) => {
-            embedded.ensure_database(EMBEDDED_DATABASE).await?;
-            embedded.connect_options(EMBEDDED_DATABASE)
-        }
-        (None, Some(url)) => parse_url(url)?,
-        (None, None) => return Err("no database configured".into()),
-    };
+async fn serve(config: &Config, own: &OwnDatabase) -> Result<(), BoxError> {
+    let options = database_options(config, own).await?;
     let pool = store::connect(options, &config.pool_settings()).await?;
     store::migrate(&pool, config.session_database()?.as_ref()).await?;
 

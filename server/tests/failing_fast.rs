@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use opreg_client::proto as pb;
+use opreg_embedded::{EmbeddedOptions, EmbeddedPostgres};
 use opreg_server::config::Config;
-use opreg_server::embedded::{EmbeddedOptions, EmbeddedPostgres};
 use opreg_server::store;
 use serde_json::json;
 use sqlx::Connection;

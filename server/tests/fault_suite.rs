@@ -105,7 +105,7 @@ async fn environment(cluster: &Arc<Cluster>, database: &str, scenario: &Scenario
     let url = |database: &str| {
         format!(
             "postgres://{}@{}/{database}",
-            opreg_server::embedded::SUPERUSER,
+            opreg_embedded::SUPERUSER,
             database_proxy.address
         )
     };

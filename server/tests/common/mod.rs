@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use opreg_client::proto::{self as pb, ClaimOutcome};
 use opreg_client::{OperationAdminClient, OperationRegistryClient, error_reason};
+use opreg_embedded::{EmbeddedOptions, EmbeddedPostgres};
 use opreg_server::app::Application;
 use opreg_server::config::Config;
-use opreg_server::embedded::{EmbeddedOptions, EmbeddedPostgres};
 use opreg_server::store;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Connection, PgConnection};

@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use opreg_server::embedded::{EmbeddedOptions, EmbeddedPostgres};
+use opreg_embedded::{EmbeddedOptions, EmbeddedPostgres};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 
@@ -75,7 +75,7 @@ impl Cluster {
         PgConnectOptions::new()
             .socket(self.socket.parent().unwrap())
             .port(5432)
-            .username(opreg_server::embedded::SUPERUSER)
+            .username(opreg_embedded::SUPERUSER)
             .database(database)
     }
 }

@@ -46,18 +46,18 @@ pidfile = {dir}/pgbouncer.pid
 ",
             port = address.port(),
             dir = dir.display(),
-            user = opreg_server::embedded::SUPERUSER,
+            user = opreg_embedded::SUPERUSER,
         );
         std::fs::write(dir.join("pgbouncer.ini"), config).unwrap();
         std::fs::write(
             dir.join("users.txt"),
-            format!("\"{}\" \"\"\n", opreg_server::embedded::SUPERUSER),
+            format!("\"{}\" \"\"\n", opreg_embedded::SUPERUSER),
         )
         .unwrap();
         let mut command = Command::new("pgbouncer");
         // PgBouncer refuses to run as root, like PostgreSQL; it then runs as
         // the user the cluster runs as, which needs its directory.
-        if opreg_server::embedded::is_root() {
+        if opreg_embedded::is_root() {
             make_writable_by_all(&dir);
             command.args(["-u", &cluster_user(&cluster.root)]);
         }
@@ -92,7 +92,7 @@ pidfile = {dir}/pgbouncer.pid
         let options = PgConnectOptions::new()
             .host("127.0.0.1")
             .port(self.address.port())
-            .username(opreg_server::embedded::SUPERUSER)
+            .username(opreg_embedded::SUPERUSER)
             .database("pgbouncer")
             .extra_float_digits(None);
         let mut console = PgConnection::connect_with(&options).await.unwrap();
