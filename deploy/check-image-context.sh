@@ -25,8 +25,8 @@ for source in $sources; do
     --exclude=__pycache__ "$source") | tar -xf - -C "$context"
 done
 
-# The same command as the Dockerfile's RUN, sharing the repository's target
-# directory for the crates it has compiled already.
+# The same command as the Dockerfile's RUN, in a target directory of its own:
+# the image's feature set compiles the server apart from the workspace build.
 (cd "$context" && cargo build --locked --offline -p opreg-server --no-default-features \
   --target-dir "$repo/target/image-context")
 binary="$repo/target/image-context/debug/opreg-server"
