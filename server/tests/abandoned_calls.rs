@@ -15,8 +15,6 @@ use std::time::Duration;
 
 use common::*;
 use opreg_client::proto as pb;
-use opreg_server::config::Config;
-use opreg_server::store;
 use proxy::{Proxy, Target};
 use serde_json::json;
 use sqlx::postgres::PgConnectOptions;
@@ -37,19 +35,15 @@ async fn a_call_abandoned_while_its_transaction_begins_leaves_no_transaction_ope
         socket.join(format!(".s.PGSQL.{}", app.db_options.get_port())),
     ))
     .await;
-    let mut config = Config::defaults();
-    config.listen_addr = "127.0.0.1:0".parse().unwrap();
-    config.metrics_addr = "127.0.0.1:0".parse().unwrap();
-    config.pool_acquire_timeout = Duration::from_secs(30);
     let through_proxy = PgConnectOptions::new()
         .host("127.0.0.1")
         .port(database_proxy.address.port())
         .username(app.db_options.get_username())
         .database(app.db_options.get_database().unwrap());
-    let pool = store::connect(through_proxy.clone(), &config.pool_settings())
-        .await
-        .unwrap();
-    let replica = serve(&config, pool, through_proxy).await;
+    let replica = replica_on(through_proxy, |config| {
+        config.pool_acquire_timeout = Duration::from_secs(30);
+    })
+    .await;
     let mut client = replica.client.clone();
 
     // ClaimDue opens a transaction; abandon it at points a half latency
@@ -95,9 +89,9 @@ async fn a_call_abandoned_while_its_transaction_begins_leaves_no_transaction_ope
         "SELECT coalesce(query, '') FROM pg_stat_activity
          WHERE datname = current_database() AND application_name = 'opreg'
            AND state LIKE 'idle in transaction%'
-           AND xact_start < now() - $1 * interval '1 millisecond'",
+           AND xact_start < now() - $1 * interval '1 second'",
     )
-    .bind(f64::from(u32::try_from((LATENCY * 4).as_millis()).unwrap()))
+    .bind((LATENCY * 4).as_secs_f64())
     .fetch_all(&app.db)
     .await
     .unwrap();

@@ -663,12 +663,18 @@ pub async fn two_patient_replicas() -> (TestApp, TestApp) {
 
 /// Another replica over `first`'s database; `configure` adjusts the defaults.
 pub async fn replica_of(first: &TestApp, configure: impl FnOnce(&mut Config)) -> TestApp {
+    replica_on(first.db_options.clone(), configure).await
+}
+
+/// A replica over a database already migrated, reached through `options`
+/// (a proxy in front of it, say); `configure` adjusts the defaults.
+pub async fn replica_on(options: PgConnectOptions, configure: impl FnOnce(&mut Config)) -> TestApp {
     let mut config = Config::defaults();
     config.listen_addr = "127.0.0.1:0".parse().unwrap();
     config.metrics_addr = "127.0.0.1:0".parse().unwrap();
     configure(&mut config);
-    let pool = store::connect(first.db_options.clone(), &config.pool_settings())
+    let pool = store::connect(options.clone(), &config.pool_settings())
         .await
         .unwrap();
-    serve(&config, pool, first.db_options.clone()).await
+    serve(&config, pool, options).await
 }
