@@ -16,16 +16,16 @@ use crate::access::Access;
 use crate::access::reload::{self, Loaded, Reloadable};
 use crate::access::tls::TlsConfig;
 use crate::config::Config;
-use crate::grpc::{
-    AdminService, AuthenticateLayer, ConnectionLimits, EdgeLayer, Gate, Incoming, MessageLimits,
-    RateLimits, RegistryService,
-};
+use crate::grpc::{AdminService, Gate, RegistryService};
 use crate::maintenance;
+use crate::monitor::{gauges, health};
 use crate::registry::{MaintenanceSettings, Registry};
 use crate::store::{self, Sessions, StoreHealth};
 use crate::telemetry::grpc_layer::GrpcTelemetryLayer;
-use crate::telemetry::{gauges, health};
 use crate::telemetry::{metrics, metrics_http};
+use crate::transport::{
+    AuthenticateLayer, ConnectionLimits, EdgeLayer, Incoming, MessageLimits, RateLimits,
+};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

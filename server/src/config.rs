@@ -12,9 +12,10 @@ use sqlx::postgres::PgConnectOptions;
 use crate::access::tls::TlsFiles;
 use crate::domain::ids::Namespace;
 use crate::domain::policy::{LeaseBounds, PerNamespace, RetryPolicy};
-use crate::grpc::{ConnectionLimits, ParameterLimits, RequestLimits};
+use crate::grpc::{ParameterLimits, RequestLimits};
 use crate::registry::{GatherSettings, MaintenanceSettings, ReplaySettings};
 use crate::store::{PoolSettings, Pooler};
+use crate::transport::ConnectionLimits;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {

@@ -13,6 +13,7 @@ use common::{TestApp, claim_request, spawn_app_with};
 use opreg_client::proto::operation_admin_client::OperationAdminClient;
 use opreg_client::proto::operation_registry_client::OperationRegistryClient;
 use opreg_client::{Client, ConnectOptions, Transport, error_info, proto as pb};
+use opreg_server::access::RPC_ROLES;
 use prost::Message;
 use sha2::{Digest, Sha256};
 use tonic::{Code, Status};
@@ -94,23 +95,14 @@ impl Stubs {
     }
 }
 
-/// Every RPC of both services, with the role it needs.
-const RPCS: &[(&str, &str)] = &[
-    ("OperationRegistry/Claim", "worker"),
-    ("OperationRegistry/Complete", "worker"),
-    ("OperationRegistry/Lookup", "reader"),
-    ("OperationRegistry/Renew", "worker"),
-    ("OperationRegistry/FencedWrite", "worker"),
-    ("OperationRegistry/GetResource", "reader"),
-    ("OperationRegistry/ClaimDue", "worker"),
-    ("OperationRegistry/BatchClaim", "worker"),
-    ("OperationRegistry/BatchComplete", "worker"),
-    ("OperationAdmin/ListOperations", "reader"),
-    ("OperationAdmin/ResolveOperation", "admin"),
-    ("OperationAdmin/RequeueOperation", "admin"),
-    ("OperationAdmin/HoldOperation", "admin"),
-    ("OperationAdmin/ReleaseOperation", "admin"),
-];
+/// Every RPC of both services (`Service/Method`), with the role it needs: the
+/// server's own table, which the walk below checks against the contract.
+fn rpcs() -> impl Iterator<Item = (&'static str, &'static str)> {
+    RPC_ROLES.iter().map(|&(path, role)| {
+        let rpc = path.strip_prefix("/opreg.v1.").expect("an opreg.v1 path");
+        (rpc, role.as_str())
+    })
+}
 
 /// A batch item's status as the status of a call, details and all.
 fn item_status(status: tonic_types::pb::Status) -> Status {
@@ -294,9 +286,28 @@ fn the_walk_covers_every_rpc_of_both_services() {
         })
         .collect();
     methods.sort();
-    let mut walked: Vec<String> = RPCS.iter().map(|(rpc, _)| (*rpc).to_owned()).collect();
+    let mut walked: Vec<String> = rpcs().map(|(rpc, _)| rpc.to_owned()).collect();
     walked.sort();
-    assert_eq!(walked, methods, "a new RPC needs its role in the walk");
+    assert_eq!(walked, methods, "a new RPC needs its entry in RPC_ROLES");
+}
+
+/// The rule that the role table writes out, stated apart from it so that a
+/// weakened entry fails here: reads need a reader, the operator's actions an
+/// admin, and every other call a worker.
+#[test]
+fn the_role_table_follows_the_rule() {
+    for (rpc, needed) in rpcs() {
+        let (service, method) = rpc.split_once('/').unwrap();
+        let rule = if method == "Lookup" || method.starts_with("Get") || method.starts_with("List")
+        {
+            "reader"
+        } else if service == "OperationAdmin" {
+            "admin"
+        } else {
+            "worker"
+        };
+        assert_eq!(needed, rule, "{rpc}");
+    }
 }
 
 #[tokio::test]
@@ -305,7 +316,7 @@ async fn each_role_is_allowed_exactly_its_rpcs_and_no_other_namespace() {
     let before = app.row_counts().await;
     for &(name, key, _, roles) in PRINCIPALS {
         let stubs = Stubs::of(&client_with_key(&app, Some(key)).await);
-        for &(rpc, needed) in RPCS {
+        for (rpc, needed) in rpcs() {
             let answer = call(&stubs, rpc, NAMESPACE).await;
             let context = format!("{name} calling {rpc} in {NAMESPACE}");
             if name != "intruder" && grants(roles, needed) {
@@ -337,7 +348,7 @@ async fn without_credentials_or_with_a_wrong_key_every_rpc_is_unauthenticated() 
     let (app, _policy) = secured_app("anonymous").await;
     for key in [None, Some("not-a-key")] {
         let stubs = Stubs::of(&client_with_key(&app, key).await);
-        for &(rpc, _) in RPCS {
+        for (rpc, _) in rpcs() {
             let answer = call(&stubs, rpc, NAMESPACE).await;
             assert_refused(
                 &answer,

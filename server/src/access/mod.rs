@@ -1,8 +1,8 @@
 //! Who may call what. A caller is authenticated once per call, before its
-//! message is decoded ([`crate::grpc::AuthenticateLayer`]), by an API key or a
-//! TLS client identity named in the policy file; each handler then authorizes
-//! the role its RPC needs in the namespace the request names
-//! ([`Caller::authorize`]). Without a policy every caller is let through, which
+//! message is decoded ([`crate::transport::AuthenticateLayer`]), by an API key
+//! or a TLS client identity named in the policy file, and marked with the role
+//! its RPC needs ([`RPC_ROLES`]); each handler then authorizes that role in the
+//! namespace the request names ([`Caller::authorize`]). Without a policy every caller is let through, which
 //! the configuration allows only on loopback or when told so explicitly.
 
 mod policy;
@@ -15,15 +15,51 @@ pub use policy::Policy;
 
 use crate::domain::error::RegistryError;
 
-/// What an RPC needs. A worker and an admin can also read.
+/// What an RPC needs ([`RPC_ROLES`]). A worker and an admin can also read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
-    /// Lookup, GetResource, ListOperations.
+    /// Reads: nothing changes.
     Reader,
-    /// Claim, Complete, Renew, FencedWrite, ClaimDue, BatchClaim, BatchComplete.
+    /// Executes operations: claims, completes, renews, fenced writes.
     Worker,
-    /// The `OperationAdmin` actions.
+    /// The operator's actions.
     Admin,
+}
+
+/// The role each RPC needs, by its gRPC path: the one place that says it.
+/// The authentication layer marks every call with its entry ([`Needed`]), the
+/// handlers authorize it, and the access test walks this table after checking
+/// that it names every method of the contract. A path missing here is refused.
+pub const RPC_ROLES: &[(&str, Role)] = &[
+    ("/opreg.v1.OperationRegistry/Claim", Role::Worker),
+    ("/opreg.v1.OperationRegistry/Complete", Role::Worker),
+    ("/opreg.v1.OperationRegistry/Lookup", Role::Reader),
+    ("/opreg.v1.OperationRegistry/Renew", Role::Worker),
+    ("/opreg.v1.OperationRegistry/FencedWrite", Role::Worker),
+    ("/opreg.v1.OperationRegistry/GetResource", Role::Reader),
+    ("/opreg.v1.OperationRegistry/ClaimDue", Role::Worker),
+    ("/opreg.v1.OperationRegistry/BatchClaim", Role::Worker),
+    ("/opreg.v1.OperationRegistry/BatchComplete", Role::Worker),
+    ("/opreg.v1.OperationAdmin/ListOperations", Role::Reader),
+    ("/opreg.v1.OperationAdmin/ResolveOperation", Role::Admin),
+    ("/opreg.v1.OperationAdmin/RequeueOperation", Role::Admin),
+    ("/opreg.v1.OperationAdmin/HoldOperation", Role::Admin),
+    ("/opreg.v1.OperationAdmin/ReleaseOperation", Role::Admin),
+];
+
+/// The role a call's RPC needs, as [`RPC_ROLES`] says, carried in the call's
+/// extensions from the authentication layer to the handler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Needed(pub Role);
+
+impl Needed {
+    /// The entry of [`RPC_ROLES`] for `path`, if it has one.
+    pub fn by(path: &str) -> Option<Self> {
+        RPC_ROLES
+            .iter()
+            .find(|(rpc, _)| *rpc == path)
+            .map(|&(_, role)| Self(role))
+    }
 }
 
 impl Role {

@@ -6,7 +6,6 @@ use opreg_proto::v1::operation_admin_server::{OperationAdmin, OperationAdminServ
 use tonic::{Request, Response, Status};
 
 use super::{Gate, RequestLimits, reply, requests, responses};
-use crate::access::Role;
 use crate::registry::Registry;
 
 #[derive(Clone, Debug)]
@@ -38,7 +37,7 @@ impl OperationAdmin for AdminService {
         &self,
         request: Request<pb::ListOperationsRequest>,
     ) -> Result<Response<pb::ListOperationsResponse>, Status> {
-        self.gate.admit(&request, Role::Reader)?;
+        self.gate.admit(&request)?;
         let page = async {
             self.registry
                 .list(&requests::list_operations(request.into_inner())?)
@@ -53,7 +52,7 @@ impl OperationAdmin for AdminService {
         &self,
         request: Request<pb::ResolveOperationRequest>,
     ) -> Result<Response<pb::ResolveOperationResponse>, Status> {
-        let caller = self.gate.admit(&request, Role::Admin)?;
+        let caller = self.gate.admit(&request)?;
         let change = async {
             let (mut target, command) = requests::resolve(request.into_inner(), &self.limits)?;
             target.actor.principal = caller.name().to_owned();
@@ -68,7 +67,7 @@ impl OperationAdmin for AdminService {
         &self,
         request: Request<pb::RequeueOperationRequest>,
     ) -> Result<Response<pb::RequeueOperationResponse>, Status> {
-        let caller = self.gate.admit(&request, Role::Admin)?;
+        let caller = self.gate.admit(&request)?;
         let change = async {
             let (mut target, command) = requests::requeue(request.into_inner(), &self.limits)?;
             target.actor.principal = caller.name().to_owned();
@@ -83,7 +82,7 @@ impl OperationAdmin for AdminService {
         &self,
         request: Request<pb::HoldOperationRequest>,
     ) -> Result<Response<pb::HoldOperationResponse>, Status> {
-        let caller = self.gate.admit(&request, Role::Admin)?;
+        let caller = self.gate.admit(&request)?;
         let change = async {
             let (mut target, command) = requests::hold(request.into_inner())?;
             target.actor.principal = caller.name().to_owned();
@@ -98,7 +97,7 @@ impl OperationAdmin for AdminService {
         &self,
         request: Request<pb::ReleaseOperationRequest>,
     ) -> Result<Response<pb::ReleaseOperationResponse>, Status> {
-        let caller = self.gate.admit(&request, Role::Admin)?;
+        let caller = self.gate.admit(&request)?;
         let change = async {
             let (mut target, command) = requests::release(request.into_inner())?;
             target.actor.principal = caller.name().to_owned();

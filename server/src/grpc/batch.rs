@@ -9,8 +9,7 @@
 use prost::Message;
 use tonic::Status;
 
-use super::Gate;
-use crate::access::{Caller, Role};
+use super::{Gate, Marks};
 use crate::domain::error::RegistryError;
 
 /// Most items one batch call carries.
@@ -85,25 +84,22 @@ impl<C> Admitted<C> {
 /// for each of its items); every item takes its own rate-limit token.
 pub struct BatchGate<'a> {
     gate: &'a Gate,
-    caller: Option<Caller>,
-    needed: Role,
+    marks: Marks,
     authorized: Vec<String>,
 }
 
 impl<'a> BatchGate<'a> {
-    pub fn new(gate: &'a Gate, extensions: &tonic::Extensions, needed: Role) -> Self {
+    pub fn new(gate: &'a Gate, extensions: &tonic::Extensions) -> Self {
         Self {
             gate,
-            caller: extensions.get::<Caller>().cloned(),
-            needed,
+            marks: Marks::of(extensions),
             authorized: Vec::new(),
         }
     }
 
     pub fn admit(&mut self, namespace: &str) -> Result<(), Status> {
         if !self.authorized.iter().any(|known| known == namespace) {
-            self.gate
-                .authorize(self.caller.as_ref(), namespace, self.needed)?;
+            self.gate.authorize(&self.marks, namespace)?;
             self.authorized.push(namespace.to_owned());
         }
         self.gate.limit(namespace)

@@ -2,15 +2,11 @@
 //! registry, and map its one error type to statuses.
 
 mod admin;
-mod authenticate;
 mod batch;
-mod edge;
-mod incoming;
-mod rate_limit;
 /// Public for the fuzz targets (`fuzz/`), which feed it arbitrary messages.
 pub mod requests;
 mod responses;
-mod status;
+pub(crate) mod status;
 
 use std::sync::Arc;
 
@@ -18,17 +14,14 @@ use opreg_proto::v1 as pb;
 use opreg_proto::v1::operation_registry_server::{OperationRegistry, OperationRegistryServer};
 use tonic::{Request, Response, Status};
 
-use crate::access::{Caller, Role};
+use crate::access::{Caller, Needed};
 use crate::domain::error::RegistryError;
 use crate::domain::operation::Operation;
 use crate::registry::{ClaimAnswer, Registry};
 use crate::telemetry::metrics;
+use crate::transport::{MessageLimits, RateLimits};
 
 pub use admin::AdminService;
-pub use authenticate::AuthenticateLayer;
-pub use edge::{EdgeLayer, MessageLimits};
-pub use incoming::{ConnectionInfo, ConnectionLimits, Incoming};
-pub use rate_limit::RateLimits;
 pub use requests::{ParameterLimits, RequestLimits};
 
 /// `opreg.v1.OperationRegistry` over a [`Registry`].
@@ -85,7 +78,8 @@ pub fn message_limits(limits: &RequestLimits) -> MessageLimits {
 }
 
 /// What every handler asks first, before it converts its request: the caller
-/// [`AuthenticateLayer`] found must hold the RPC's role in the request's
+/// that [`crate::transport::AuthenticateLayer`] found must hold the role it
+/// marked the call with ([`crate::access::RPC_ROLES`]) in the request's
 /// namespace, and the namespace must be within its rate limit.
 #[derive(Clone, Debug)]
 pub struct Gate {
@@ -97,33 +91,27 @@ impl Gate {
         Self { rates }
     }
 
-    fn admit<T: Namespaced>(&self, request: &Request<T>, needed: Role) -> Result<Caller, Status> {
-        self.admit_in(request.extensions(), request.get_ref().namespace(), needed)
+    fn admit<T: Namespaced>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        self.admit_in(request.extensions(), request.get_ref().namespace())
     }
 
     /// [`Gate::admit`] for a request taken apart.
-    fn admit_in(
-        &self,
-        extensions: &tonic::Extensions,
-        namespace: &str,
-        needed: Role,
-    ) -> Result<Caller, Status> {
-        let caller = self.authorize(extensions.get::<Caller>(), namespace, needed)?;
+    fn admit_in(&self, extensions: &tonic::Extensions, namespace: &str) -> Result<Caller, Status> {
+        let caller = self.authorize(&Marks::of(extensions), namespace)?;
         self.limit(namespace)?;
         Ok(caller)
     }
 
-    /// The caller must hold `needed` in `namespace`. Absent only if the
-    /// layer is not in front of the service: refused.
-    fn authorize(
-        &self,
-        caller: Option<&Caller>,
-        namespace: &str,
-        needed: Role,
-    ) -> Result<Caller, Status> {
-        let caller = caller
-            .cloned()
-            .ok_or_else(|| to_status_counted(&RegistryError::Unauthenticated, "unauthenticated"))?;
+    /// The caller must hold the needed role in `namespace`. Either mark is
+    /// absent only if the layer is not in front of the service, or the RPC
+    /// has no entry in the role table: refused.
+    fn authorize(&self, marks: &Marks, namespace: &str) -> Result<Caller, Status> {
+        let (Some(caller), Some(Needed(needed))) = (marks.caller.clone(), marks.needed) else {
+            return Err(to_status_counted(
+                &RegistryError::Unauthenticated,
+                "unauthenticated",
+            ));
+        };
         caller.authorize(needed, namespace).map_err(|refusal| {
             tracing::info!(%refusal, "call refused by the access policy");
             to_status_counted(&refusal, "permission_denied")
@@ -136,6 +124,23 @@ impl Gate {
         self.rates
             .admit(namespace)
             .map_err(|limited| status::to_status(&limited))
+    }
+}
+
+/// What the authentication layer marked a call with: its caller and the role
+/// its RPC needs.
+#[derive(Clone, Debug)]
+struct Marks {
+    caller: Option<Caller>,
+    needed: Option<Needed>,
+}
+
+impl Marks {
+    fn of(extensions: &tonic::Extensions) -> Self {
+        Self {
+            caller: extensions.get::<Caller>().cloned(),
+            needed: extensions.get::<Needed>().copied(),
+        }
     }
 }
 
@@ -213,7 +218,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::LookupRequest>,
     ) -> Result<Response<pb::LookupResponse>, Status> {
-        self.gate.admit(&request, Role::Reader)?;
+        self.gate.admit(&request)?;
         let parameters = if request.get_ref().include_parameters {
             responses::Parameters::Included
         } else {
@@ -233,7 +238,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::RenewResponse>, Status> {
-        self.gate.admit(&request, Role::Worker)?;
+        self.gate.admit(&request)?;
         let renewed = async {
             self.registry
                 .renew(&requests::renew(request.into_inner(), &self.limits)?)
@@ -250,7 +255,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::FencedWriteRequest>,
     ) -> Result<Response<pb::FencedWriteResponse>, Status> {
-        self.gate.admit(&request, Role::Worker)?;
+        self.gate.admit(&request)?;
         let written = async {
             self.registry
                 .fenced_write(&requests::fenced_write(request.into_inner(), &self.limits)?)
@@ -268,7 +273,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::GetResourceRequest>,
     ) -> Result<Response<pb::GetResourceResponse>, Status> {
-        self.gate.admit(&request, Role::Reader)?;
+        self.gate.admit(&request)?;
         let found = async {
             self.registry
                 .get_resource(&requests::get_resource(request.into_inner())?)
@@ -283,7 +288,7 @@ impl OperationRegistry for RegistryService {
         &self,
         request: Request<pb::ClaimDueRequest>,
     ) -> Result<Response<pb::ClaimDueResponse>, Status> {
-        self.gate.admit(&request, Role::Worker)?;
+        self.gate.admit(&request)?;
         let handed = async {
             self.registry
                 .claim_due(&requests::claim_due(request.into_inner(), &self.limits)?)
@@ -303,7 +308,7 @@ impl OperationRegistry for RegistryService {
     ) -> Result<Response<pb::BatchClaimResponse>, Status> {
         use pb::batch_claim_result::Result as Item;
         let (_, extensions, batch) = request.into_parts();
-        let mut gate = batch::BatchGate::new(&self.gate, &extensions, Role::Worker);
+        let mut gate = batch::BatchGate::new(&self.gate, &extensions);
         let admitted = batch::Admitted::each(("claims", batch.claims), |claim| {
             gate.admit(&claim.namespace)?;
             let namespace = claim.namespace.clone();
@@ -331,7 +336,7 @@ impl OperationRegistry for RegistryService {
     ) -> Result<Response<pb::BatchCompleteResponse>, Status> {
         use pb::batch_complete_result::Result as Item;
         let (_, extensions, batch) = request.into_parts();
-        let mut gate = batch::BatchGate::new(&self.gate, &extensions, Role::Worker);
+        let mut gate = batch::BatchGate::new(&self.gate, &extensions);
         let admitted = batch::Admitted::each(("completions", batch.completions), |completion| {
             gate.admit(&completion.namespace)?;
             requests::complete(completion, &self.limits)
@@ -359,8 +364,7 @@ impl RegistryService {
         extensions: &tonic::Extensions,
         request: pb::ClaimRequest,
     ) -> Result<pb::ClaimResponse, Status> {
-        self.gate
-            .admit_in(extensions, &request.namespace, Role::Worker)?;
+        self.gate.admit_in(extensions, &request.namespace)?;
         let namespace = request.namespace.clone();
         let answer = async {
             self.registry
@@ -376,8 +380,7 @@ impl RegistryService {
         extensions: &tonic::Extensions,
         request: pb::CompleteRequest,
     ) -> Result<pb::CompleteResponse, Status> {
-        self.gate
-            .admit_in(extensions, &request.namespace, Role::Worker)?;
+        self.gate.admit_in(extensions, &request.namespace)?;
         let recorded = async {
             self.registry
                 .complete(&requests::complete(request, &self.limits)?)

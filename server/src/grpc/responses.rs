@@ -8,8 +8,7 @@ use crate::domain::claim::ClaimOutcome;
 use crate::domain::operation::{
     Execution, ExecutionKind, ExecutionOutcome, Lease, Operation, Resource, Status,
 };
-use crate::registry::{ClaimAnswer, LookupAnswer, QueuePage};
-use crate::store::operations::AdminChange;
+use crate::registry::{AdminChange, ClaimAnswer, LookupAnswer, QueuePage};
 
 /// Whether an operation's stored parameters travel with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,11 +5,19 @@
 use sqlx::{Connection, PgConnection};
 
 use super::Registry;
-use crate::domain::admin::{self, AdminAction};
+use crate::domain::admin::{self, AdminAction, AuditEntry};
 use crate::domain::commands::{AdminCommand, AdminTarget};
 use crate::domain::error::{RegistryError, Result};
-use crate::store::operations::{self, AdminChange};
+use crate::domain::operation::Operation;
+use crate::store::operations;
 use crate::telemetry::metrics;
+
+/// An operator action as recorded: the operation after it, and its audit row.
+#[derive(Debug)]
+pub struct AdminChange {
+    pub operation: Operation,
+    pub audit: AuditEntry,
+}
 
 impl Registry {
     pub async fn act(&self, target: &AdminTarget, command: &AdminCommand) -> Result<AdminChange> {
@@ -51,12 +59,16 @@ async fn act_on(
             (AdminAction::Release, change)
         }
     };
-    let Some(change) = change else {
+    let Some((after, audit)) = change else {
         // The row lock makes this unreachable; refuse rather than half-write.
         tracing::error!(namespace = %namespace, key = %key, %action, "admin action not applied under lock");
         return Err(RegistryError::Internal);
     };
     tx.commit().await?;
+    let change = AdminChange {
+        operation: after,
+        audit,
+    };
     metrics::admin_action(namespace, action);
     tracing::info!(
         namespace = %namespace, key = %key, %action, operator = %actor.operator,

@@ -27,6 +27,7 @@ use crate::telemetry::metrics;
 use gather::{Claims, Gatherer, Reports};
 use replays::Replays;
 
+pub use admin::AdminChange;
 pub use claim::ClaimAnswer;
 pub use gather::GatherSettings;
 pub use maintenance::{MaintenancePass, MaintenanceSettings};

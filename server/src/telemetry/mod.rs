@@ -1,10 +1,8 @@
-//! What operators see: logs, Prometheus metrics, the gRPC metrics layer, the
-//! periodic gauges read from the database, the health probe, and spans
-//! exported over OTLP when configured.
+//! What operators see: logs, Prometheus metrics, the gRPC metrics layer, and
+//! spans exported over OTLP when configured. A leaf: it reads nothing of the
+//! store; [`crate::monitor`] reads the store and reports here.
 
-pub mod gauges;
 pub mod grpc_layer;
-pub mod health;
 pub mod logging;
 pub mod metrics;
 pub mod metrics_http;

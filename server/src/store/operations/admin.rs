@@ -14,11 +14,7 @@ use crate::store::QueryTimer;
 use crate::store::audit::{AuditRow, audit_columns};
 
 /// An operator action as recorded: the operation after it, and its audit row.
-#[derive(Debug)]
-pub struct AdminChange {
-    pub operation: Operation,
-    pub audit: AuditEntry,
-}
+pub type Changed = (Operation, AuditEntry);
 
 #[derive(Debug, sqlx::FromRow)]
 struct ChangeRow {
@@ -91,12 +87,9 @@ fn guarded<'q>(
 async fn fetch(
     db: impl PgExecutor<'_>,
     query: QueryAs<'_, sqlx::Postgres, ChangeRow, PgArguments>,
-) -> sqlx::Result<Option<AdminChange>> {
+) -> sqlx::Result<Option<Changed>> {
     let row = query.fetch_optional(db).await?;
-    Ok(row.map(|row| AdminChange {
-        operation: row.operation.into(),
-        audit: row.audit.into(),
-    }))
+    Ok(row.map(|row| (row.operation.into(), row.audit.into())))
 }
 
 /// Freezes the operation. With `revoke_live_lease` the lease's token is
@@ -108,7 +101,7 @@ pub async fn hold(
     observed: &Operation,
     actor: &Actor,
     revoke_live_lease: bool,
-) -> sqlx::Result<Option<AdminChange>> {
+) -> sqlx::Result<Option<Changed>> {
     let _timer = QueryTimer::start("operations_hold");
     let sql = admin_statement!(concat!(
         "held_at = clock_timestamp(),
@@ -129,7 +122,7 @@ pub async fn release(
     observed: &Operation,
     actor: &Actor,
     status: Status,
-) -> sqlx::Result<Option<AdminChange>> {
+) -> sqlx::Result<Option<Changed>> {
     let _timer = QueryTimer::start("operations_release");
     let sql = admin_statement!(
         "held_at = NULL,
@@ -158,7 +151,7 @@ pub async fn resolve(
     observed: &Operation,
     actor: &Actor,
     resolution: &Resolution,
-) -> sqlx::Result<Option<AdminChange>> {
+) -> sqlx::Result<Option<Changed>> {
     let _timer = QueryTimer::start("operations_resolve");
     let (result, result_ref, failure_code, failure_message) = match resolution {
         Resolution::Success { result, result_ref } => (
@@ -208,7 +201,7 @@ pub async fn requeue(
     actor: &Actor,
     revision: &str,
     policy: &RetryPolicy,
-) -> sqlx::Result<Option<AdminChange>> {
+) -> sqlx::Result<Option<Changed>> {
     let _timer = QueryTimer::start("operations_requeue");
     let sql = admin_statement!(
         "status = 'retry_scheduled',

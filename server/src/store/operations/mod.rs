@@ -15,7 +15,7 @@ use sqlx::PgExecutor;
 use crate::domain::ids::{FencingToken, Namespace, OperationKey};
 use crate::domain::operation::{Budget, Operation, Status};
 
-pub use admin::{AdminChange, hold, release, requeue, resolve};
+pub use admin::{hold, release, requeue, resolve};
 pub use outcomes::{Recording, record_outcomes};
 pub use queue::{
     DueCandidate, due, exhaustion_candidates, list, live_retry_leases, serialize_retry_cap,

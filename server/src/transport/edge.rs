@@ -18,8 +18,8 @@ use http_body::{Body, Frame};
 use tokio::sync::Semaphore;
 use tower::{Layer, Service};
 
-use super::status::to_status;
 use crate::domain::error::RegistryError;
+use crate::grpc::status::to_status;
 use crate::telemetry::metrics;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -7,9 +7,9 @@ use std::time::Duration;
 use sqlx::PgPool;
 use sqlx::postgres::PgConnectOptions;
 
-use super::metrics;
 use crate::store::Dedicated;
 use crate::store::operations::{self, BacklogRow};
+use crate::telemetry::metrics;
 
 /// A refresh gives up after this long; the gauges then keep their last values.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(5);

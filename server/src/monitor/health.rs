@@ -13,8 +13,8 @@ use tokio::sync::watch;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use super::metrics;
 use crate::store::{self, Dedicated, StoreHealth};
+use crate::telemetry::metrics;
 
 /// Service names whose health follows the database: the server ("") and the registry.
 pub const HEALTH_SERVICES: [&str; 3] =

@@ -2,7 +2,7 @@
 //! opreg's own services is matched to a principal of the policy by its API key
 //! or its connection's client certificate, or refused UNAUTHENTICATED. Health
 //! and reflection stay open. The handlers authorize what the caller found here
-//! may do ([`super::authorize`]).
+//! may do ([`crate::grpc::Gate`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,8 +11,8 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 use super::incoming::ConnectionInfo;
-use super::status::to_status;
-use crate::access::{Access, Credentials};
+use crate::access::{Access, Credentials, Needed};
+use crate::grpc::status::to_status;
 use crate::telemetry::metrics;
 
 #[derive(Clone, Debug)]
@@ -79,6 +79,9 @@ where
             match authenticated {
                 Ok(caller) => {
                     request.extensions_mut().insert(caller);
+                    if let Some(needed) = Needed::by(request.uri().path()) {
+                        request.extensions_mut().insert(needed);
+                    }
                 }
                 Err(refusal) => {
                     metrics::auth_refused("unauthenticated");
