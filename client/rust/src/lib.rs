@@ -10,9 +10,10 @@
 //! - [`AdminClient`]: the operator's queue and actions.
 //! - [`parameters`] and [`parameters_digest`]: the contract's parameter rule.
 
-mod backoff;
 mod client;
+mod decide;
 mod error;
+mod outcomes;
 mod run_once;
 mod trace_context;
 mod worker;
@@ -25,7 +26,8 @@ pub use error::Error;
 pub use opreg_proto::v1 as proto;
 pub use opreg_proto::v1::operation_admin_client::OperationAdminClient;
 pub use opreg_proto::v1::operation_registry_client::OperationRegistryClient;
-pub use run_once::{Completed, LeaseHandle, RunError, RunOnce, Success, Verdict, WorkError};
+pub use outcomes::{Completed, RunError, Success, Verdict, WorkError};
+pub use run_once::{LeaseHandle, RunOnce};
 pub use worker::{Worker, WorkerReport, operation_kind};
 
 /// Connects to an opreg server, e.g. `http://127.0.0.1:50051`, returning the

@@ -30,120 +30,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::{full_jitter, sleep_within, spread};
 use crate::client::Client;
+use crate::decide::{
+    self, ClaimStep, CompleteError, InDoubt, RenewStep, proto_duration, std_duration,
+};
 use crate::error::Error;
-use crate::proto::{self as pb, ClaimOutcome, ExecutionOutcome, OperationStatus};
+use crate::outcomes::{Completed, RunError, Success, Verdict, WorkError};
+use crate::proto::{self as pb, ExecutionOutcome, OperationStatus};
 use pb::complete_request::Outcome;
-
-/// What successful work returns.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Success {
-    pub result: Vec<u8>,
-    pub result_ref: String,
-}
-
-impl Success {
-    pub fn new(result: impl Into<Vec<u8>>) -> Self {
-        Self {
-            result: result.into(),
-            result_ref: String::new(),
-        }
-    }
-
-    pub fn with_ref(mut self, result_ref: impl Into<String>) -> Self {
-        self.result_ref = result_ref.into();
-        self
-    }
-}
-
-impl From<Success> for Outcome {
-    fn from(success: Success) -> Self {
-        Outcome::Success(pb::Success {
-            result: success.result,
-            result_ref: success.result_ref,
-        })
-    }
-}
-
-/// How work fails; each maps to one kind of Complete.
-#[derive(Debug)]
-pub enum WorkError {
-    /// A terminal business failure (e.g. insufficient balance): recorded and replayed.
-    Business { code: String, message: String },
-    /// Worth another attempt, optionally not before `retry_after`.
-    Transient {
-        message: String,
-        retry_after: Option<Duration>,
-    },
-    /// Worth another attempt, classified for operators (`last_error_class`).
-    Retryable {
-        error_class: String,
-        message: String,
-        retry_after: Option<Duration>,
-    },
-    /// The request left but its answer did not come back: it may have taken
-    /// effect. Recorded as unknown, to be reconciled before anything else.
-    SentButUnconfirmed { remote_ref: String, message: String },
-    /// Anything else: recorded as retryable, then returned as [`RunError::Work`].
-    Other(Box<dyn std::error::Error + Send + Sync>),
-}
-
-/// What `reconcile` found out about an attempt whose outcome was unknown.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// It took effect, with this result.
-    Succeeded(Success),
-    /// It was refused for a business reason.
-    Failed { code: String, message: String },
-    /// It never took effect: execute now.
-    NotApplied,
-}
-
-/// A recorded success.
-#[derive(Clone, Debug)]
-pub struct Completed {
-    pub result: Vec<u8>,
-    pub result_ref: String,
-    /// Recorded by an earlier execution, not by this call.
-    pub replayed: bool,
-    pub operation: pb::Operation,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error("business failure {code}: {message}")]
-    Business {
-        code: String,
-        message: String,
-        replayed: bool,
-    },
-    #[error("the operation is dead: its retry budget is exhausted; manual action is needed")]
-    Dead,
-    /// An operator froze the operation while it is investigated: wait, or ask them.
-    #[error(
-        "the operation is held by an operator; claim again after {retry_after:?} or ask the operator"
-    )]
-    Held { retry_after: Duration },
-    #[error("the lease was lost to another execution; the work was stopped")]
-    LeaseLost,
-    #[error("the outcome is unknown (remote reference {remote_ref:?}); it must be reconciled")]
-    OutcomeUnknown { remote_ref: String },
-    #[error(
-        "the last outcome is unknown (remote reference {remote_ref:?}) and no reconcile was given"
-    )]
-    ReconcileRequired { remote_ref: String },
-    #[error("the overall deadline passed")]
-    DeadlineExceeded,
-    /// The work finished but its report could not be recorded, nor found
-    /// recorded: the lease will lapse and the operation may run again.
-    #[error("the work finished but its outcome could not be recorded ({reason})")]
-    Unrecorded { reason: String },
-    #[error("the work failed: {0}")]
-    Work(Box<dyn std::error::Error + Send + Sync>),
-    #[error(transparent)]
-    Rpc(#[from] Error),
-}
 
 /// The lease the work runs under.
 #[derive(Clone, Debug)]
@@ -336,33 +230,23 @@ impl RunOnce {
                     async move { client.claim(request).await }
                 })
                 .await?;
-            let operation = claimed.operation.clone().unwrap_or_default();
-            let next = match claimed.outcome() {
-                ClaimOutcome::Replayed => return replayed(operation),
-                ClaimOutcome::Dead => return Err(RunError::Dead),
-                ClaimOutcome::Held => {
-                    return Err(RunError::Held {
-                        retry_after: claimed.retry_after.map_or(Duration::ZERO, std_duration),
-                    });
-                }
-                ClaimOutcome::InProgress | ClaimOutcome::RetryLater => {
-                    let mut wait = claimed.retry_after.map_or(POLL_INTERVAL, std_duration);
-                    // The holder may finish before its lease ends.
-                    if claimed.outcome() == ClaimOutcome::InProgress {
-                        wait = wait.min(POLL_INTERVAL);
-                    }
-                    if !sleep_within(spread(wait.max(Duration::from_millis(10))), deadline).await {
-                        return Err(RunError::DeadlineExceeded);
-                    }
+            let remote_ref = claimed
+                .operation
+                .as_ref()
+                .map(|operation| operation.remote_ref.clone())
+                .unwrap_or_default();
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let next = match decide::decide_claim_answer(claimed, remaining, rand::random()) {
+                ClaimStep::Return(answer) => return answer.map(|completed| *completed),
+                ClaimStep::Wait(wait) => {
+                    tokio::time::sleep(wait).await;
                     continue;
                 }
-                outcome @ (ClaimOutcome::Acquired | ClaimOutcome::Reconcile) => {
-                    let lease = claimed.lease.ok_or_else(|| missing("lease"))?;
+                ClaimStep::Execute { lease, reconcile } => {
                     let granted = Granted { lease, sent };
-                    self.execute(outcome, granted, operation.remote_ref, &mut work, deadline)
+                    self.execute(reconcile, granted, remote_ref, &mut work, deadline)
                         .await?
                 }
-                ClaimOutcome::Unspecified => return Err(missing("claim outcome")),
             };
             match next {
                 Next::Done(completed) => return Ok(*completed),
@@ -375,7 +259,7 @@ impl RunOnce {
     /// RECONCILE: reconcile first), renewing it meanwhile, and records the result.
     async fn execute<W, Fut>(
         &mut self,
-        outcome: ClaimOutcome,
+        reconcile: bool,
         granted: Granted,
         remote_ref: String,
         work: &mut W,
@@ -386,7 +270,7 @@ impl RunOnce {
         Fut: Future<Output = Result<Success, WorkError>>,
     {
         let held = self.hold(granted);
-        if outcome == ClaimOutcome::Reconcile {
+        if reconcile {
             self.reconcile_under(held, remote_ref, work, deadline).await
         } else {
             self.work_under(held, work, deadline).await
@@ -407,12 +291,12 @@ impl RunOnce {
         Fut: Future<Output = Result<Success, WorkError>>,
     {
         let deadline = after(self.deadline);
-        let outcome = handed.outcome();
-        let lease = handed.lease.ok_or_else(|| missing("lease"))?;
+        let reconcile = handed.outcome() == pb::ClaimOutcome::Reconcile;
+        let lease = handed.lease.ok_or_else(|| decide::missing("lease"))?;
         let remote_ref = handed.operation.unwrap_or_default().remote_ref;
         match self
             .execute(
-                outcome,
+                reconcile,
                 Granted { lease, sent },
                 remote_ref,
                 &mut work,
@@ -478,7 +362,7 @@ impl RunOnce {
             Verdict::NotApplied => return self.work_under(held, work, deadline).await,
         };
         let operation = self.record(&held, outcome, deadline).await?;
-        recorded(operation).map(|completed| Next::Done(Box::new(completed)))
+        decide::recorded(operation).map(|completed| Next::Done(Box::new(completed)))
     }
 
     /// Runs the work under a held lease, then records what it returned. The
@@ -494,46 +378,8 @@ impl RunOnce {
         Fut: Future<Output = Result<Success, WorkError>>,
     {
         let result = held.guard(work(held.handle())).await?;
-        let (outcome, failure) = match result {
-            Ok(success) => (success.into(), None),
-            Err(WorkError::Business { code, message }) => {
-                (Outcome::Failure(pb::Failure { code, message }), None)
-            }
-            Err(WorkError::Transient {
-                message,
-                retry_after,
-            }) => (retryable("transient", message, retry_after), None),
-            Err(WorkError::Retryable {
-                error_class,
-                message,
-                retry_after,
-            }) => (retryable(error_class, message, retry_after), None),
-            Err(WorkError::SentButUnconfirmed {
-                remote_ref,
-                message,
-            }) => (
-                Outcome::Unknown(pb::UnknownOutcome {
-                    remote_ref,
-                    message,
-                }),
-                None,
-            ),
-            Err(WorkError::Other(error)) => (
-                Outcome::Retryable(pb::RetryableError {
-                    error_class: "work_error".into(),
-                    message: error.to_string(),
-                    retry_after: None,
-                }),
-                Some(error),
-            ),
-        };
-        // A retry is the queue's to schedule; an unknown outcome is reconciled
-        // by the next Claim (RECONCILE) when there is someone to ask.
-        let claim_again = match outcome {
-            Outcome::Retryable(_) => true,
-            Outcome::Unknown(_) => self.reconcile.is_some(),
-            Outcome::Success(_) | Outcome::Failure(_) => false,
-        };
+        let (outcome, failure) = decide::work_report(result);
+        let claim_again = decide::claims_again(&outcome, self.reconcile.is_some());
         let operation = self.record(&held, outcome, deadline).await?;
         drop(held);
         if let Some(error) = failure {
@@ -542,7 +388,7 @@ impl RunOnce {
         match operation.status() {
             OperationStatus::Dead => Err(RunError::Dead),
             _ if claim_again => Ok(Next::ClaimAgain),
-            _ => recorded(operation).map(|completed| Next::Done(Box::new(completed))),
+            _ => decide::recorded(operation).map(|completed| Next::Done(Box::new(completed))),
         }
     }
 
@@ -569,22 +415,16 @@ impl RunOnce {
                 async move { client.complete(request).await }
             })
             .await;
-        match completed {
-            Ok((response, _)) => Ok(response.operation.unwrap_or_default()),
-            // Only a token without a recorded report is ever called stale; a
-            // lease not held is no more ours to report under.
-            Err(RunError::Rpc(Error::StaleFencingToken { .. } | Error::LeaseNotHeld)) => {
-                Err(RunError::LeaseLost)
-            }
-            Err(RunError::Rpc(
-                error @ (Error::AlreadyCompleted
-                | Error::InvalidArgument { .. }
-                | Error::NotFound { .. }
-                | Error::ParameterConflict { .. }
-                | Error::Compensation { .. }),
-            )) => Err(RunError::Rpc(error)),
-            Err(doubt) => {
-                let reported = recorded_as(request.outcome.as_ref());
+        let doubt = match completed {
+            Ok((response, _)) => return Ok(response.operation.unwrap_or_default()),
+            Err(error) => error,
+        };
+        match decide::decide_complete_error(&doubt) {
+            CompleteError::LeaseLost => Err(RunError::LeaseLost),
+            CompleteError::Raise => Err(doubt),
+            CompleteError::InDoubt => {
+                let reported = request.outcome.as_ref().map(decide::recorded_as);
+                let reported = reported.unwrap_or(ExecutionOutcome::Unspecified);
                 self.recorded_in_doubt(held.lease.fencing_token, reported, doubt)
                     .await
             }
@@ -605,32 +445,22 @@ impl RunOnce {
             include_executions: true,
             ..Default::default()
         };
-        let unrecorded = || RunError::Unrecorded {
-            reason: doubt.to_string(),
-        };
         // The Lookup gets as long as Complete's own time, retried like it.
         let until = after(self.call_timeout * COMPLETE_ATTEMPTS);
-        let Ok((found, _)) = self
+        let found = self
             .retrying(until, |client| {
                 let lookup = lookup.clone();
                 async move { client.lookup(lookup).await }
             })
             .await
-        else {
-            return Err(unrecorded());
-        };
-        let ours = found
-            .executions
-            .iter()
-            .rfind(|e| e.fencing_token == token)
-            .map(pb::Execution::outcome);
-        match (ours, found.operation) {
-            // Taken over, or revoked by an operator: no report is ours to make.
-            (Some(ExecutionOutcome::Superseded | ExecutionOutcome::Revoked), _) => {
-                Err(RunError::LeaseLost)
-            }
-            (Some(outcome), Some(operation)) if outcome == reported => Ok(operation),
-            _ => Err(unrecorded()),
+            .ok()
+            .map(|(found, _)| found);
+        match decide::decide_call_in_doubt(found, token, reported) {
+            InDoubt::Recorded(operation) => Ok(*operation),
+            InDoubt::LeaseLost => Err(RunError::LeaseLost),
+            InDoubt::NotRecorded => Err(RunError::Unrecorded {
+                reason: doubt.to_string(),
+            }),
         }
     }
 
@@ -663,10 +493,7 @@ impl RunOnce {
                 Ok(Err(error)) => error.retry_after(),
                 Err(_) => None,
             };
-            // At least what the server asked for, spread so callers told the same do not align.
-            let wait = asked
-                .map_or(Duration::ZERO, spread)
-                .max(full_jitter(attempt));
+            let wait = decide::retry_delay(attempt, asked, rand::random());
             if !sleep_within(wait, deadline).await {
                 break;
             }
@@ -697,23 +524,8 @@ impl RunOnce {
     }
 }
 
-fn retryable(
-    error_class: impl Into<String>,
-    message: String,
-    retry_after: Option<Duration>,
-) -> Outcome {
-    Outcome::Retryable(pb::RetryableError {
-        error_class: error_class.into(),
-        message,
-        retry_after: retry_after.map(proto_duration),
-    })
-}
-
 /// How many call timeouts Complete may still use once the overall deadline passed.
 const COMPLETE_ATTEMPTS: u32 = 3;
-
-/// How often an operation another execution holds is claimed again, at most.
-const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Bounds claiming, waiting and retrying unless the caller says otherwise.
 pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);
@@ -722,17 +534,6 @@ pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);
 struct Granted {
     lease: pb::Lease,
     sent: Instant,
-}
-
-/// The execution outcome a Complete report is recorded as.
-fn recorded_as(outcome: Option<&Outcome>) -> ExecutionOutcome {
-    match outcome {
-        Some(Outcome::Success(_)) => ExecutionOutcome::Succeeded,
-        Some(Outcome::Failure(_)) => ExecutionOutcome::Failed,
-        Some(Outcome::Retryable(_)) => ExecutionOutcome::Retryable,
-        Some(Outcome::Unknown(_)) => ExecutionOutcome::Unknown,
-        None => ExecutionOutcome::Unspecified,
-    }
 }
 
 /// A lease this run holds: renewed in the background until dropped.
@@ -812,19 +613,25 @@ async fn renew_until_lost(
                 return;
             }
             let sent = Instant::now();
-            match tokio::time::timeout(left.min(call_timeout), client.renew(request.clone())).await
-            {
-                Ok(Ok(_)) => {
-                    valid_until = sent.checked_add(trusted).unwrap_or(valid_until);
-                    break;
-                }
-                Ok(Err(error)) if !error.is_transient() => {
+            let failed =
+                match tokio::time::timeout(left.min(call_timeout), client.renew(request.clone()))
+                    .await
+                {
+                    Ok(Ok(_)) => {
+                        valid_until = sent.checked_add(trusted).unwrap_or(valid_until);
+                        break;
+                    }
+                    Ok(Err(error)) => Some(error),
+                    Err(_) => None,
+                };
+            let left = valid_until.saturating_duration_since(Instant::now());
+            match decide::decide_renew_failure(failed.as_ref(), attempt, left, rand::random()) {
+                RenewStep::Lost => {
                     lost.cancel();
                     return;
                 }
-                Ok(Err(_)) | Err(_) => {
-                    let left = valid_until.saturating_duration_since(Instant::now());
-                    tokio::time::sleep(full_jitter(attempt).min(left)).await;
+                RenewStep::RetryAfter(wait) => {
+                    tokio::time::sleep(wait).await;
                     attempt += 1;
                 }
             }
@@ -832,60 +639,23 @@ async fn renew_until_lost(
     }
 }
 
+/// Sleeps `wait`, unless that would pass `deadline`; false then.
+async fn sleep_within(wait: Duration, deadline: Instant) -> bool {
+    let Some(until) = Instant::now().checked_add(wait) else {
+        return false;
+    };
+    if until > deadline {
+        return false;
+    }
+    tokio::time::sleep_until(until).await;
+    true
+}
+
 /// `now + duration`, saturating far in the future instead of overflowing.
 fn after(duration: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(duration)
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3_600))
-}
-
-fn replayed(operation: pb::Operation) -> Result<Completed, RunError> {
-    match operation.status() {
-        OperationStatus::Failed => {
-            let failure = operation.failure.unwrap_or_default();
-            Err(RunError::Business {
-                code: failure.code,
-                message: failure.message,
-                replayed: true,
-            })
-        }
-        _ => Ok(Completed {
-            result: operation.result.clone(),
-            result_ref: operation.result_ref.clone(),
-            replayed: true,
-            operation,
-        }),
-    }
-}
-
-/// The operation as this run's Complete left it.
-fn recorded(operation: pb::Operation) -> Result<Completed, RunError> {
-    match operation.status() {
-        OperationStatus::Succeeded => Ok(Completed {
-            result: operation.result.clone(),
-            result_ref: operation.result_ref.clone(),
-            replayed: false,
-            operation,
-        }),
-        OperationStatus::Failed => {
-            let failure = operation.failure.unwrap_or_default();
-            Err(RunError::Business {
-                code: failure.code,
-                message: failure.message,
-                replayed: false,
-            })
-        }
-        OperationStatus::Dead => Err(RunError::Dead),
-        _ => Err(RunError::OutcomeUnknown {
-            remote_ref: operation.remote_ref,
-        }),
-    }
-}
-
-fn missing(what: &str) -> RunError {
-    RunError::Rpc(Error::Other(tonic::Status::internal(format!(
-        "the server sent no {what}"
-    ))))
 }
 
 fn default_owner() -> String {
@@ -898,19 +668,5 @@ fn default_owner() -> String {
         host.trim(),
         std::process::id(),
         rand::random::<u32>()
-    )
-}
-
-fn proto_duration(duration: Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: i64::try_from(duration.as_secs()).unwrap_or(i64::MAX),
-        nanos: i32::try_from(duration.subsec_nanos()).unwrap_or(0),
-    }
-}
-
-fn std_duration(duration: prost_types::Duration) -> Duration {
-    Duration::new(
-        u64::try_from(duration.seconds).unwrap_or(0),
-        u32::try_from(duration.nanos).unwrap_or(0),
     )
 }

@@ -23,13 +23,12 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::backoff::{full_jitter, spread};
 use crate::client::Client;
+use crate::decide::{retry_delay, stretched};
 use crate::error::Error;
+use crate::outcomes::{RunError, Success, Verdict, WorkError};
 use crate::proto::{self as pb, ClaimOutcome};
-use crate::run_once::{
-    DEFAULT_DEADLINE, LeaseHandle, RunError, RunOnce, Success, Verdict, WorkError,
-};
+use crate::run_once::{DEFAULT_DEADLINE, LeaseHandle, RunOnce};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 type Handler =
@@ -222,10 +221,10 @@ impl Worker {
                     }
                     continue;
                 }
-                Ok(_) => spread(worker.poll_interval),
+                Ok(_) => stretched(worker.poll_interval, rand::random()),
                 Err(error) if error.is_transient() => {
                     failures += 1;
-                    full_jitter(failures)
+                    retry_delay(failures, error.retry_after(), rand::random())
                 }
                 Err(error) => break Err(error),
             };
