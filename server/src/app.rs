@@ -58,59 +58,69 @@ pub struct Application {
 }
 
 impl Application {
-    /// Binds `config.listen_addr` and `config.metrics_addr` (port 0 picks a free port).
+    /// Binds `config.listeners.listen_addr` and `config.listeners.metrics_addr` (port 0 picks a free port).
     pub async fn build(config: &Config, pool: PgPool) -> Result<Self, BoxError> {
         let limits = config.request_limits()?;
-        let metrics = metrics::install(config.metrics_max_namespaces, &config.metric_namespaces)?;
-        for setting in config.short_retentions() {
+        let metrics = metrics::install(
+            config.telemetry.metrics_max_namespaces,
+            &config.telemetry.metric_namespaces,
+        )?;
+        for setting in config.lifecycle.short_retentions() {
             tracing::warn!(
                 setting,
-                retry_deadline = %humantime::format_duration(config.retry_deadline),
+                retry_deadline = %humantime::format_duration(config.lifecycle.retry_deadline),
                 "retention is shorter than the retry deadline: a key purged while it may still be retried registers again as a new operation"
             );
         }
-        let loaded = Loaded::read(config.auth_file.as_deref(), config.tls_files())?;
+        let loaded = Loaded::read(
+            config.listeners.auth_file.as_deref(),
+            config.listeners.tls_files(),
+        )?;
         if loaded.access.is_restricted()
             && loaded.tls.is_none()
-            && !config.listen_addr.ip().is_loopback()
+            && !config.listeners.listen_addr.ip().is_loopback()
         {
             tracing::warn!(
                 "API keys travel in plaintext: give OPREG_TLS_CERT and OPREG_TLS_KEY unless a \
                  proxy in front terminates TLS"
             );
         }
-        let gate = Gate::new(Arc::new(RateLimits::new(config.rate_limits())));
+        let gate = Gate::new(Arc::new(RateLimits::new(config.limits.rate_limits())));
         let store_health = Arc::new(StoreHealth::default());
         let registry = Registry::new(
-            Sessions::new(pool.clone(), &config.pool_settings()),
+            Sessions::new(pool.clone(), &config.database.pool_settings()),
             Arc::clone(&store_health),
-            config.retry_caps(),
-            config.gather_settings(),
-            config.replay_settings(),
-            config.maintenance_settings().retention,
+            config.lifecycle.retry_caps(),
+            config.database.gather_settings(),
+            config.database.replay_settings(),
+            config.lifecycle.maintenance_settings().retention,
         );
-        let session_options = match config.session_database()? {
+        let session_options = match config.database.session_database()? {
             Some(options) => store::session_options(options),
             None => (*pool.connect_options()).clone(),
         };
         Ok(Self {
-            grpc_listener: bind(config.listen_addr, "gRPC (OPREG_LISTEN_ADDR)").await?,
-            metrics_listener: bind(config.metrics_addr, "metrics (OPREG_METRICS_ADDR)").await?,
+            grpc_listener: bind(config.listeners.listen_addr, "gRPC (OPREG_LISTEN_ADDR)").await?,
+            metrics_listener: bind(
+                config.listeners.metrics_addr,
+                "metrics (OPREG_METRICS_ADDR)",
+            )
+            .await?,
             metrics,
             message_limits: crate::grpc::message_limits(&limits),
-            max_concurrent_calls: config.max_concurrent_calls,
-            connection_limits: config.connection_limits(),
-            keepalive_timeout: config.keepalive_timeout,
+            max_concurrent_calls: config.limits.max_concurrent_calls,
+            connection_limits: config.listeners.connection_limits(),
+            keepalive_timeout: config.listeners.keepalive_timeout,
             service: RegistryService::new(registry.clone(), limits, gate.clone()),
             admin: AdminService::new(registry.clone(), limits, gate),
             registry,
-            maintenance: config.maintenance_settings(),
+            maintenance: config.lifecycle.maintenance_settings(),
             pool,
             session_options,
-            gauge_refresh_interval: config.gauge_refresh_interval,
-            health_probe_interval: config.health_probe_interval,
+            gauge_refresh_interval: config.telemetry.gauge_refresh_interval,
+            health_probe_interval: config.database.health_probe_interval,
             store_health,
-            shutdown_delay: config.shutdown_delay,
+            shutdown_delay: config.listeners.shutdown_delay,
             access: loaded.access,
             tls: loaded.tls,
             reloadable: loaded.reloadable,

@@ -37,7 +37,7 @@ fn main() -> ExitCode {
     // Inside the runtime: the span exporter's channel lives there.
     let traces = {
         let _inside = runtime.enter();
-        telemetry::logging::init(config.log_format)
+        telemetry::logging::init(config.telemetry.log_format)
     };
     let code = run(&mut config, &runtime);
     traces.shutdown();
@@ -74,14 +74,14 @@ fn run(config: &mut Config, runtime: &tokio::runtime::Runtime) -> ExitCode {
 
 /// `opreg-server migrate`: for deployments that migrate in a separate step.
 fn migrate(config: &Config, runtime: &tokio::runtime::Runtime) -> ExitCode {
-    let Some(url) = &config.database_url else {
+    let Some(url) = &config.database.database_url else {
         tracing::error!("migrate needs OPREG_DATABASE_URL");
         return ExitCode::from(2);
     };
     let migrated: Result<(), BoxError> = runtime.block_on(async {
         let options = parse_url(url)?;
-        let pool = store::connect(options, &config.pool_settings()).await?;
-        store::migrate(&pool, config.session_database()?.as_ref()).await?;
+        let pool = store::connect(options, &config.database.pool_settings()).await?;
+        store::migrate(&pool, config.database.session_database()?.as_ref()).await?;
         pool.close().await;
         Ok(())
     });
@@ -112,7 +112,7 @@ struct OwnDatabase;
 
 #[cfg(feature = "embedded-postgres")]
 fn own_database(config: &Config) -> Result<OwnDatabase, BoxError> {
-    match &config.database_url {
+    match &config.database.database_url {
         Some(_) => Ok(None),
         None => start_embedded(config).map(Some),
     }
@@ -148,6 +148,7 @@ async fn database_options(
 fn configured_options(config: &Config) -> Result<PgConnectOptions, BoxError> {
     parse_url(
         config
+            .database
             .database_url
             .as_deref()
             .ok_or("no database configured")?,
@@ -157,8 +158,8 @@ fn configured_options(config: &Config) -> Result<PgConnectOptions, BoxError> {
 #[cfg(feature = "embedded-postgres")]
 fn start_embedded(config: &Config) -> Result<EmbeddedPostgres, BoxError> {
     let options = EmbeddedOptions {
-        root: config.embedded_root(),
-        bin_dir: config.pg_bin_dir.clone(),
+        root: config.database.embedded_root(),
+        bin_dir: config.database.pg_bin_dir.clone(),
         ephemeral: false,
     };
     tracing::info!(root = %options.root.display(), "starting embedded PostgreSQL");
@@ -173,8 +174,8 @@ fn start_embedded(config: &Config) -> Result<EmbeddedPostgres, BoxError> {
 
 async fn serve(config: &Config, own: &OwnDatabase) -> Result<(), BoxError> {
     let options = database_options(config, own).await?;
-    let pool = store::connect(options, &config.pool_settings()).await?;
-    store::migrate(&pool, config.session_database()?.as_ref()).await?;
+    let pool = store::connect(options, &config.database.pool_settings()).await?;
+    store::migrate(&pool, config.database.session_database()?.as_ref()).await?;
 
     let app = Application::build(config, pool.clone()).await?;
     tracing::info!(address = %app.local_addr()?, metrics = %app.metrics_addr()?, "opreg serving");
@@ -183,9 +184,9 @@ async fn serve(config: &Config, own: &OwnDatabase) -> Result<(), BoxError> {
         let _ = stopped.await;
     }));
     shutdown::signal().await;
-    tracing::info!(grace = ?config.shutdown_grace, "draining in-flight calls");
+    tracing::info!(grace = ?config.listeners.shutdown_grace, "draining in-flight calls");
     let _ = stop.send(());
-    match tokio::time::timeout(config.shutdown_grace, server).await {
+    match tokio::time::timeout(config.listeners.shutdown_grace, server).await {
         Ok(served) => served??,
         Err(_) => tracing::warn!("drain timed out; abandoning in-flight calls"),
     }

@@ -41,7 +41,7 @@ async fn a_call_abandoned_while_its_transaction_begins_leaves_no_transaction_ope
         .username(app.db_options.get_username())
         .database(app.db_options.get_database().unwrap());
     let replica = replica_on(through_proxy, |config| {
-        config.pool_acquire_timeout = Duration::from_secs(30);
+        config.database.pool_acquire_timeout = Duration::from_secs(30);
     })
     .await;
     let mut client = replica.client.clone();

@@ -65,7 +65,7 @@ fn policy_file(test: &str, text: &str) -> PathBuf {
 
 async fn secured_app(test: &str) -> (TestApp, PathBuf) {
     let path = policy_file(test, &policy_text(PRINCIPALS));
-    let app = spawn_app_with(|config| config.auth_file = Some(path.clone())).await;
+    let app = spawn_app_with(|config| config.listeners.auth_file = Some(path.clone())).await;
     (app, path)
 }
 

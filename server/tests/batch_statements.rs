@@ -43,10 +43,10 @@ async fn counted<T>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_batch_takes_one_statement_per_chunk_and_answers_repeats_in_sequence() {
     let app = spawn_app_with(|config| {
-        config.claim_writers = 4;
-        config.complete_writers = 4;
-        config.claim_batch_max = BATCH_MAX;
-        config.complete_batch_max = BATCH_MAX;
+        config.database.claim_writers = 4;
+        config.database.complete_writers = 4;
+        config.database.claim_batch_max = BATCH_MAX;
+        config.database.complete_batch_max = BATCH_MAX;
     })
     .await;
     let mut client = app.client.clone();

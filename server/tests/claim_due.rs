@@ -229,7 +229,7 @@ async fn unknown_outcomes_only_ever_reconcile_and_budgets_apply_as_in_claim() {
 #[tokio::test]
 async fn the_retry_cap_holds_under_concurrent_pullers() {
     let app = spawn_app_with(|config| {
-        config.namespace_max_concurrent_retries = "payouts=5".parse().unwrap();
+        config.lifecycle.namespace_max_concurrent_retries = "payouts=5".parse().unwrap();
     })
     .await;
     let mut client = app.client.clone();

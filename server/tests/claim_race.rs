@@ -15,7 +15,9 @@ const NAMESPACE: &str = "payments";
 async fn a_thousand_concurrent_claims_acquire_exactly_once() {
     // 1,000 callers queue for 32 connections on this 2-core machine; the race
     // is the subject here, not failing fast, so they may queue for longer.
-    let app = spawn_app_with(|config| config.pool_acquire_timeout = Duration::from_secs(30)).await;
+    let app =
+        spawn_app_with(|config| config.database.pool_acquire_timeout = Duration::from_secs(30))
+            .await;
     let mut clients = Vec::new();
     for _ in 0..8 {
         clients.push(app.new_client().await);

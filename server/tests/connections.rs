@@ -33,8 +33,8 @@ async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_past_the_limit_are_shed_and_health_still_answers() {
     let app = spawn_app_with(|config| {
-        config.max_concurrent_calls = 2;
-        config.lock_timeout = Duration::from_secs(5);
+        config.limits.max_concurrent_calls = 2;
+        config.database.lock_timeout = Duration::from_secs(5);
     })
     .await;
     let mut client = app.client.clone();
@@ -83,7 +83,9 @@ async fn calls_past_the_limit_are_shed_and_health_still_answers() {
 
 #[tokio::test]
 async fn a_connection_without_a_preface_is_closed_after_the_handshake_timeout() {
-    let app = spawn_app_with(|config| config.handshake_timeout = Duration::from_millis(300)).await;
+    let app =
+        spawn_app_with(|config| config.listeners.handshake_timeout = Duration::from_millis(300))
+            .await;
     let mut silent = tokio::net::TcpStream::connect(address(&app)).await.unwrap();
     let mut partial = tokio::net::TcpStream::connect(address(&app)).await.unwrap();
     partial.write_all(b"PRI * HTTP/2.0").await.unwrap();
@@ -97,7 +99,7 @@ async fn a_connection_without_a_preface_is_closed_after_the_handshake_timeout() 
 
 #[tokio::test]
 async fn connections_past_the_cap_are_closed_as_they_arrive() {
-    let app = spawn_app_with(|config| config.max_connections = 1).await;
+    let app = spawn_app_with(|config| config.listeners.max_connections = 1).await;
     // The harness's clients connect lazily and hold none yet: one fits.
     let mut fits = tokio::net::TcpStream::connect(address(&app)).await.unwrap();
     let mut over = tokio::net::TcpStream::connect(address(&app)).await.unwrap();

@@ -59,10 +59,10 @@ async fn a_stopped_database_is_unavailable_within_seconds_and_recovers() {
     cluster.ensure_database("opreg").await.unwrap();
     let db_options = cluster.connect_options("opreg");
     let mut config = Config::defaults();
-    config.listen_addr = "127.0.0.1:0".parse().unwrap();
-    config.metrics_addr = "127.0.0.1:0".parse().unwrap();
-    config.health_probe_interval = Duration::from_millis(500);
-    let pool = store::connect(db_options.clone(), &config.pool_settings())
+    config.listeners.listen_addr = "127.0.0.1:0".parse().unwrap();
+    config.listeners.metrics_addr = "127.0.0.1:0".parse().unwrap();
+    config.database.health_probe_interval = Duration::from_millis(500);
+    let pool = store::connect(db_options.clone(), &config.database.pool_settings())
         .await
         .unwrap();
     store::MIGRATOR.run(&pool).await.unwrap();
@@ -104,7 +104,8 @@ async fn a_stopped_database_is_unavailable_within_seconds_and_recovers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_locked_row_is_busy_for_its_callers_and_does_not_hold_up_other_keys() {
-    let app = spawn_app_with(|config| config.lock_timeout = Duration::from_millis(500)).await;
+    let app =
+        spawn_app_with(|config| config.database.lock_timeout = Duration::from_millis(500)).await;
     let mut client = app.client.clone();
     claim(&mut client, claim_request("ns", "locked", "w", json!({}))).await;
     app.expire_lease("ns", "locked").await;

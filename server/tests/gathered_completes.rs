@@ -47,7 +47,7 @@ async fn claimed(app: &TestApp, key: &str) -> u64 {
 /// ALREADY_COMPLETED and a token that is not this operation's as stale, as if
 /// they had run one after another.
 async fn reports_of_one_key_queued_together_answer_as_in_sequence() {
-    let app = spawn_app_with(|config| config.complete_writers = 1).await;
+    let app = spawn_app_with(|config| config.database.complete_writers = 1).await;
     let blocker_token = claimed(&app, "blocker").await;
     let token = claimed(&app, "order-A").await;
     let lock = app.lock_row("blocker").await;
@@ -143,8 +143,8 @@ async fn reports_of_one_key_queued_together_answer_as_in_sequence() {
 /// 200 Completes at once, of 200 operations, through one writer.
 async fn many_concurrent_completes_record_each_report_once() {
     let app = spawn_app_with(|config| {
-        config.complete_writers = 1;
-        config.pool_acquire_timeout = Duration::from_secs(30);
+        config.database.complete_writers = 1;
+        config.database.pool_acquire_timeout = Duration::from_secs(30);
     })
     .await;
     let mut tokens = Vec::new();

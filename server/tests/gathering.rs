@@ -36,7 +36,7 @@ async fn batches(app: &TestApp) -> (f64, f64) {
 /// while the rest observe the row it left: one ACQUIRED, four IN_PROGRESS, one
 /// PARAMETER_CONFLICT, one fencing token.
 async fn claims_of_one_key_queued_together_answer_as_in_sequence() {
-    let app = spawn_app_with(|config| config.claim_writers = 1).await;
+    let app = spawn_app_with(|config| config.database.claim_writers = 1).await;
     let mut blocker = app
         .uncommitted_registration(NAMESPACE, "blocker", "elsewhere")
         .await;
@@ -126,8 +126,8 @@ async fn claims_of_one_key_queued_together_answer_as_in_sequence() {
 /// 400 Claims at once, four for each of 100 new keys, through one writer.
 async fn many_concurrent_claims_register_each_key_once() {
     let app = spawn_app_with(|config| {
-        config.claim_writers = 1;
-        config.pool_acquire_timeout = Duration::from_secs(30);
+        config.database.claim_writers = 1;
+        config.database.pool_acquire_timeout = Duration::from_secs(30);
     })
     .await;
     let (statements_before, claims_before) = batches(&app).await;

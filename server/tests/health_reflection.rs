@@ -45,8 +45,8 @@ async fn wait_for_status(endpoint: &str, service: &str, expected: ServingStatus)
 #[tokio::test]
 async fn health_is_serving_while_the_database_answers_and_not_serving_once_draining() {
     let mut app = spawn_app_with(|config| {
-        config.gauge_refresh_interval = Duration::from_millis(100);
-        config.shutdown_delay = Duration::from_secs(2);
+        config.telemetry.gauge_refresh_interval = Duration::from_millis(100);
+        config.listeners.shutdown_delay = Duration::from_secs(2);
     })
     .await;
     for service in ["", "opreg.v1.OperationRegistry"] {
@@ -69,8 +69,8 @@ async fn health_is_serving_while_the_database_answers_and_not_serving_once_drain
 #[tokio::test]
 async fn health_is_not_serving_when_the_database_is_unreachable() {
     let app = spawn_app_without_database(|config| {
-        config.gauge_refresh_interval = Duration::from_millis(100);
-        config.pool_acquire_timeout = Duration::from_millis(200);
+        config.telemetry.gauge_refresh_interval = Duration::from_millis(100);
+        config.database.pool_acquire_timeout = Duration::from_millis(200);
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -14,9 +14,9 @@ const NS: &str = "lifecycle";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_backlog_due_work_handouts_and_operator_actions_are_counted() {
     let app = spawn_app_with(|config| {
-        config.gauge_refresh_interval = Duration::from_millis(100);
-        config.maintenance_interval = Duration::from_millis(100);
-        config.retention = "1h".parse().unwrap();
+        config.telemetry.gauge_refresh_interval = Duration::from_millis(100);
+        config.lifecycle.maintenance_interval = Duration::from_millis(100);
+        config.lifecycle.retention = "1h".parse().unwrap();
     })
     .await;
     let (mut client, mut admin) = (app.client.clone(), app.admin.clone());

@@ -18,9 +18,9 @@ const NS: &str = "callbacks";
 fn maintained(retention: &str) -> impl FnOnce(&mut opreg_server::config::Config) {
     let retention = retention.parse().unwrap();
     move |config| {
-        config.maintenance_interval = Duration::from_millis(100);
-        config.maintenance_batch_pause = Duration::from_millis(1);
-        config.retention = retention;
+        config.lifecycle.maintenance_interval = Duration::from_millis(100);
+        config.lifecycle.maintenance_batch_pause = Duration::from_millis(1);
+        config.lifecycle.retention = retention;
     }
 }
 
@@ -205,7 +205,7 @@ async fn retention_deletes_only_finished_operations_and_a_purged_key_registers_a
 async fn namespace_retention_overrides_the_default_and_forever_keeps_everything() {
     let app = spawn_app_with(|config| {
         maintained("1h")(config);
-        config.namespace_retention = "ledger=forever,short=2s".parse().unwrap();
+        config.lifecycle.namespace_retention = "ledger=forever,short=2s".parse().unwrap();
     })
     .await;
     let mut client = app.client.clone();
@@ -339,7 +339,8 @@ async fn scrape_replica(replica: &Replica) -> Option<Scrape> {
 
 #[tokio::test]
 async fn of_two_replicas_one_maintains_and_the_other_takes_over_when_it_stops() {
-    let mut app = spawn_app_with(|config| config.retention = "forever".parse().unwrap()).await;
+    let mut app =
+        spawn_app_with(|config| config.lifecycle.retention = "forever".parse().unwrap()).await;
     let mut client = app.client.clone();
     for i in 0..30 {
         settle(&mut client, NS, &format!("old:{i}"), success(b"ok")).await;

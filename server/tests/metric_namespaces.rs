@@ -9,8 +9,8 @@ use serde_json::json;
 #[tokio::test]
 async fn only_allowlisted_namespaces_become_labels() {
     let app = spawn_app_with(|config| {
-        config.metric_namespaces = vec!["payments".into()];
-        config.metrics_max_namespaces = 1;
+        config.telemetry.metric_namespaces = vec!["payments".into()];
+        config.telemetry.metrics_max_namespaces = 1;
     })
     .await;
     let mut client = app.client.clone();

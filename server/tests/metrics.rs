@@ -13,8 +13,10 @@ const NS: &str = "metrics";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scripted_scenario_moves_every_metric_by_exactly_its_events() {
-    let app =
-        spawn_app_with(|config| config.gauge_refresh_interval = Duration::from_millis(100)).await;
+    let app = spawn_app_with(|config| {
+        config.telemetry.gauge_refresh_interval = Duration::from_millis(100)
+    })
+    .await;
     let mut client = app.client.clone();
     let before = scrape(app.metrics_addr).await;
 

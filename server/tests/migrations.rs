@@ -103,8 +103,8 @@ async fn executions_written_before_the_current_execution_moved_onto_its_row_are_
     // The carried-over lease completes through the real server; the
     // superseded one stays refused, and the history reads in order.
     let mut config = Config::defaults();
-    config.listen_addr = "127.0.0.1:0".parse().unwrap();
-    config.metrics_addr = "127.0.0.1:0".parse().unwrap();
+    config.listeners.listen_addr = "127.0.0.1:0".parse().unwrap();
+    config.listeners.metrics_addr = "127.0.0.1:0".parse().unwrap();
     let app = serve(&config, pool, options).await;
     let mut client = app.client.clone();
     assert_error(

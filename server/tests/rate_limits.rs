@@ -24,7 +24,7 @@ fn lookup(namespace: &str) -> pb::LookupRequest {
 #[tokio::test]
 async fn a_namespace_past_its_rate_waits_and_the_others_do_not() {
     let app = spawn_app_with(|config| {
-        config.namespace_rate_limits = Overrides(vec![("reports".into(), 5)]);
+        config.limits.namespace_rate_limits = Overrides(vec![("reports".into(), 5)]);
     })
     .await;
     let mut client = app.client.clone();
@@ -69,7 +69,7 @@ async fn a_namespace_past_its_rate_waits_and_the_others_do_not() {
 #[tokio::test]
 async fn the_typed_error_is_transient_and_run_once_rides_it_out() {
     let app = spawn_app_with(|config| {
-        config.namespace_rate_limits = Overrides(vec![("reports".into(), 2)]);
+        config.limits.namespace_rate_limits = Overrides(vec![("reports".into(), 2)]);
     })
     .await;
     let client = Client::connect(app.endpoint.clone()).await.unwrap();

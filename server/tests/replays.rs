@@ -26,8 +26,9 @@ const NOTICE_WITHIN: Duration = Duration::from_secs(10);
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn terminal_results_replay_from_memory_within_their_bounds() {
     let app = spawn_app_with(|config| {
-        config.replay_cache_ttl = LIFETIME;
+        config.database.replay_cache_ttl = LIFETIME;
         config
+            .lifecycle
             .namespace_retention
             .0
             .push((SHORT_LIVED.into(), Retention(Some(Duration::from_secs(1)))));
@@ -136,7 +137,7 @@ async fn terminal_results_replay_from_memory_within_their_bounds() {
 
     // A compensation registered on another replica shows on this one's
     // replays once its notice arrives.
-    let other = replica_of(&app, |config| config.replay_cache_ttl = LIFETIME).await;
+    let other = replica_of(&app, |config| config.database.replay_cache_ttl = LIFETIME).await;
     finish(&mut client, KEPT, "order-3").await;
     let hits_before = hits(&app, KEPT).await;
     claim(

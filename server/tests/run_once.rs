@@ -395,9 +395,10 @@ async fn transport_failures_are_retried_until_the_server_answers() {
     );
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(!run.is_finished(), "nothing listens yet");
-    let _app =
-        spawn_app_with(|config| config.listen_addr = format!("127.0.0.1:{port}").parse().unwrap())
-            .await;
+    let _app = spawn_app_with(|config| {
+        config.listeners.listen_addr = format!("127.0.0.1:{port}").parse().unwrap()
+    })
+    .await;
     let done = run.await.unwrap().unwrap();
     assert_eq!(done.result, b"eventually");
 }

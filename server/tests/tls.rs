@@ -45,10 +45,10 @@ fn served(answer: &Result<pb::LookupResponse, Error>) -> bool {
 async fn tls_app(pki: &Pki, client_ca: Option<PathBuf>, policy: Option<PathBuf>) -> TestApp {
     let (certificate, key) = pki.server_files();
     spawn_app_with(|config| {
-        config.tls_cert = Some(certificate);
-        config.tls_key = Some(key);
-        config.tls_client_ca = client_ca;
-        config.auth_file = policy;
+        config.listeners.tls_cert = Some(certificate);
+        config.listeners.tls_key = Some(key);
+        config.listeners.tls_client_ca = client_ca;
+        config.listeners.auth_file = policy;
     })
     .await
 }

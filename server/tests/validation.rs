@@ -369,7 +369,7 @@ async fn invalid_completes_renews_and_writes_are_refused_and_write_nothing() {
 #[tokio::test]
 async fn an_unreachable_database_is_unavailable_without_its_error_text() {
     let app = spawn_app_without_database(|config| {
-        config.pool_acquire_timeout = std::time::Duration::from_millis(500);
+        config.database.pool_acquire_timeout = std::time::Duration::from_millis(500);
     })
     .await;
     let mut client = app.client.clone();

@@ -41,8 +41,8 @@ pub async fn spawn_app() -> TestApp {
 pub async fn spawn_app_with(configure: impl FnOnce(&mut Config)) -> TestApp {
     let db_options = fresh_database().await;
     let mut config = Config::defaults();
-    config.listen_addr = "127.0.0.1:0".parse().unwrap();
-    config.metrics_addr = "127.0.0.1:0".parse().unwrap();
+    config.listeners.listen_addr = "127.0.0.1:0".parse().unwrap();
+    config.listeners.metrics_addr = "127.0.0.1:0".parse().unwrap();
     configure(&mut config);
     let pool = first_connection(&db_options, &config).await;
     store::MIGRATOR.run(&pool).await.unwrap();
@@ -56,7 +56,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Config)) -> TestApp {
 async fn first_connection(options: &PgConnectOptions, config: &Config) -> PgPool {
     let mut attempts = 0;
     loop {
-        match store::connect(options.clone(), &config.pool_settings()).await {
+        match store::connect(options.clone(), &config.database.pool_settings()).await {
             Err(sqlx::Error::PoolTimedOut) if attempts < 5 => attempts += 1,
             connected => return connected.unwrap(),
         }
@@ -67,15 +67,15 @@ async fn first_connection(options: &PgConnectOptions, config: &Config) -> PgPool
 /// the socket its pool points at. `configure` adjusts the defaults.
 pub async fn spawn_app_without_database(configure: impl FnOnce(&mut Config)) -> TestApp {
     let mut config = Config::defaults();
-    config.listen_addr = "127.0.0.1:0".parse().unwrap();
-    config.metrics_addr = "127.0.0.1:0".parse().unwrap();
+    config.listeners.listen_addr = "127.0.0.1:0".parse().unwrap();
+    config.listeners.metrics_addr = "127.0.0.1:0".parse().unwrap();
     configure(&mut config);
     let nowhere = PgConnectOptions::new()
         .socket(std::env::temp_dir().join("opreg-no-such-socket"))
         .username("opreg")
         .database("opreg");
     let pool = PgPoolOptions::new()
-        .acquire_timeout(config.pool_acquire_timeout)
+        .acquire_timeout(config.database.pool_acquire_timeout)
         .connect_lazy_with(nowhere.clone());
     serve(&config, pool, nowhere).await
 }
@@ -119,7 +119,7 @@ pub async fn lookup_history(client: &mut Client, namespace: &str, key: &str) -> 
 /// Serves `pool` with `config`; the database options are kept for assertions.
 pub async fn serve(config: &Config, pool: PgPool, db_options: PgConnectOptions) -> TestApp {
     let app = Application::build(config, pool).await.unwrap();
-    let scheme = if config.tls_cert.is_some() {
+    let scheme = if config.listeners.tls_cert.is_some() {
         "https"
     } else {
         "http"
@@ -655,7 +655,8 @@ pub async fn scrape(addr: std::net::SocketAddr) -> Scrape {
 /// Two replicas over one new database, each waiting up to 30 s for a pooled
 /// connection, so that a heavy race is refused by nothing but the database.
 pub async fn two_patient_replicas() -> (TestApp, TestApp) {
-    let patient = |config: &mut Config| config.pool_acquire_timeout = Duration::from_secs(30);
+    let patient =
+        |config: &mut Config| config.database.pool_acquire_timeout = Duration::from_secs(30);
     let first = spawn_app_with(patient).await;
     let second = replica_of(&first, patient).await;
     (first, second)
@@ -670,10 +671,10 @@ pub async fn replica_of(first: &TestApp, configure: impl FnOnce(&mut Config)) ->
 /// (a proxy in front of it, say); `configure` adjusts the defaults.
 pub async fn replica_on(options: PgConnectOptions, configure: impl FnOnce(&mut Config)) -> TestApp {
     let mut config = Config::defaults();
-    config.listen_addr = "127.0.0.1:0".parse().unwrap();
-    config.metrics_addr = "127.0.0.1:0".parse().unwrap();
+    config.listeners.listen_addr = "127.0.0.1:0".parse().unwrap();
+    config.listeners.metrics_addr = "127.0.0.1:0".parse().unwrap();
     configure(&mut config);
-    let pool = store::connect(options.clone(), &config.pool_settings())
+    let pool = store::connect(options.clone(), &config.database.pool_settings())
         .await
         .unwrap();
     serve(&config, pool, options).await
