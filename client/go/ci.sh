@@ -9,7 +9,7 @@
 # directory, and the conformance scenarios run through $OPREG_FAULT_PROXY_BIN
 # (default <repo>/target/debug/opreg-fault-proxy). Extra arguments go to
 # `go test` (e.g. ./ci.sh -run TestConformance -v). With OPREG_CI_LINT_ONLY
-# set it stops before the tests (`.ci/run quick`).
+# set it stops before the tests but for the decision table's (`.ci/run quick`).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -68,6 +68,9 @@ go build -o /dev/null ./cmd/interop
 echo "cmd/interop: builds"
 
 if [[ -n "${OPREG_CI_LINT_ONLY:-}" ]]; then
+  step "the decision table (client/testdata/decisions.json), no server"
+  # No server binary: TestMain then starts none, and only the table runs.
+  OPREG_SERVER_BIN=/nonexistent OPREG_REQUIRE_SERVER= go test -count=1 -run TestDecisions .
   echo "go client: lint only (OPREG_CI_LINT_ONLY): ok ($((SECONDS - started)) s)"
   exit 0
 fi

@@ -4,11 +4,13 @@ package opreg
 // what a Claim answer, a work result, a Complete error, a Lookup in doubt and
 // a failed Renew each lead to. runonce.go, lease.go and worker.go make the
 // calls, sleep and run the renewals; everything they decide is decided here.
+// They draw the randomness of the jitter too, so that each decision is a
+// function of its inputs: decisions_test.go runs client/testdata/decisions.json
+// (one section per decision, named alike in every client) against them.
 
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -77,24 +79,29 @@ type fingerprint struct {
 
 // -- backoff -------------------------------------------------------------------
 
-// fullJitter is uniform in [0, min(max, initial · 2^attempt)].
-func fullJitter(initial, maximum time.Duration, attempt int) time.Duration {
-	ceiling := maximum
-	if attempt < 30 {
-		ceiling = min(maximum, initial<<attempt)
+// retryDelay is the wait before retrying after a transient error (the
+// attempt-th retry, from 0): full jitter over min(max, initial · 2^attempt),
+// but at least the server's RetryInfo delay (0: none) stretched by up to a
+// tenth, so that callers told the same delay do not return together. random
+// is a uniform draw in [0, 1).
+func retryDelay(spec *runSpec, attempt int, retryInfo time.Duration, random float64) time.Duration {
+	// Doubled while below the maximum rather than shifted: initial << attempt
+	// overflows for a large attempt or initial.
+	ceiling := spec.backoffInitial
+	for i := 0; i < attempt && ceiling < spec.backoffMax; i++ {
+		ceiling *= 2
 	}
-	return time.Duration(rand.Float64() * float64(ceiling))
+	ceiling = min(ceiling, spec.backoffMax)
+	return max(time.Duration(random*float64(ceiling)), retryInfo+time.Duration(random*float64(retryInfo)/10))
 }
 
-// transportWait is the wait before retrying after the transient err: the
-// (jittered) backoff, but at least the server's RetryInfo delay stretched by
-// up to a tenth, so that callers told the same delay do not return together.
-func transportWait(err error, backoff time.Duration) time.Duration {
+// retryInfoOf is the delay err's google.rpc.RetryInfo asked for (0: none).
+func retryInfoOf(err error) time.Duration {
 	var rpc *RPCError
-	if !errors.As(err, &rpc) || rpc.RetryDelay <= 0 {
-		return backoff
+	if errors.As(err, &rpc) {
+		return rpc.RetryDelay
 	}
-	return max(backoff, rpc.RetryDelay+time.Duration(rand.Float64()*float64(rpc.RetryDelay)/10))
+	return 0
 }
 
 // retryWait decides after a failed call: the wait before the next attempt, or
@@ -103,11 +110,11 @@ func transportWait(err error, backoff time.Duration) time.Duration {
 // be reported) uses all of its time, its last wait cut short; the others
 // (Claim) give up at once when the wait would end at or past the deadline:
 // sleeping into a deadline only delays the answer.
-func retryWait(spec *runSpec, err error, attempt int, remaining time.Duration, patient bool) (wait time.Duration, retry bool) {
+func retryWait(spec *runSpec, err error, attempt int, remaining time.Duration, patient bool, random float64) (wait time.Duration, retry bool) {
 	if !IsTransient(err) || remaining <= 0 {
 		return 0, false
 	}
-	wait = transportWait(err, fullJitter(spec.backoffInitial, spec.backoffMax, attempt))
+	wait = retryDelay(spec, attempt, retryInfoOf(err), random)
 	if wait >= remaining {
 		if !patient {
 			return 0, false
@@ -128,16 +135,18 @@ const (
 )
 
 type claimDecision struct {
-	step   claimStep
-	result *Result
-	err    error
-	wait   time.Duration
+	step      claimStep
+	reconcile bool // claimExecute: RECONCILE, reconcile under the lease first
+	result    *Result
+	err       error
+	wait      time.Duration
 }
 
-// decideClaim is what to do with Claim's answer (PROTOCOL.md, "Claim").
-// remaining is the time left before the overall deadline; lastErr what the
-// previous execution of this run left (the cause of a DeadlineExceededError).
-func decideClaim(resp *opregv1.ClaimResponse, spec *runSpec, remaining time.Duration, lastErr error) claimDecision {
+// decideClaimAnswer is what to do with Claim's answer (PROTOCOL.md, "Claim").
+// remaining is the time left before the overall deadline; random a uniform
+// draw in [0, 1) for the jitter of a wait; lastErr what the previous execution
+// of this run left (the cause of a DeadlineExceededError).
+func decideClaimAnswer(spec *runSpec, resp *opregv1.ClaimResponse, remaining time.Duration, random float64, lastErr error) claimDecision {
 	op := resp.GetOperation()
 	switch outcome := resp.GetOutcome(); outcome {
 	case opregv1.ClaimOutcome_CLAIM_OUTCOME_REPLAYED:
@@ -149,7 +158,17 @@ func decideClaim(resp *opregv1.ClaimResponse, spec *runSpec, remaining time.Dura
 		// Not waited out: an operator froze it, and waiting would hide that.
 		return claimDecision{step: claimReturn, err: &HeldError{RetryAfter: resp.GetRetryAfter().AsDuration(), Operation: op}}
 	case opregv1.ClaimOutcome_CLAIM_OUTCOME_IN_PROGRESS, opregv1.ClaimOutcome_CLAIM_OUTCOME_RETRY_LATER:
-		wait := claimWaitFor(resp, spec.pollInterval)
+		// retry_after (IN_PROGRESS: at most the poll interval, the holder may
+		// finish sooner), plus a little jitter for callers told the same time.
+		after := spec.pollInterval
+		if resp.GetRetryAfter() != nil {
+			after = resp.GetRetryAfter().AsDuration()
+		}
+		if outcome == opregv1.ClaimOutcome_CLAIM_OUTCOME_IN_PROGRESS {
+			after = min(after, spec.pollInterval)
+		}
+		after = max(after, 0)
+		wait := after + 5*time.Millisecond + time.Duration(random*float64(min(after/5, time.Second)))
 		if wait >= remaining {
 			// Sleeping into the deadline would only delay the answer.
 			return claimDecision{step: claimReturn, err: &DeadlineExceededError{
@@ -164,26 +183,10 @@ func decideClaim(resp *opregv1.ClaimResponse, spec *runSpec, remaining time.Dura
 		if resp.GetLease() == nil {
 			return claimDecision{step: claimReturn, err: fmt.Errorf("opreg: Claim answered %s without a lease", outcomeName(outcome))}
 		}
-		return claimDecision{step: claimExecute}
+		return claimDecision{step: claimExecute, reconcile: outcome == opregv1.ClaimOutcome_CLAIM_OUTCOME_RECONCILE}
 	default:
 		return claimDecision{step: claimReturn, err: fmt.Errorf("opreg: unexpected Claim outcome %s", outcomeName(outcome))}
 	}
-}
-
-// claimWaitFor is the wait before claiming again after IN_PROGRESS or
-// RETRY_LATER: retry_after (IN_PROGRESS: at most the poll interval, the holder
-// may finish sooner), plus a little jitter for callers told the same time.
-func claimWaitFor(resp *opregv1.ClaimResponse, poll time.Duration) time.Duration {
-	after := poll
-	if resp.GetRetryAfter() != nil {
-		after = resp.GetRetryAfter().AsDuration()
-	}
-	if resp.GetOutcome() == opregv1.ClaimOutcome_CLAIM_OUTCOME_IN_PROGRESS {
-		after = min(after, poll)
-	}
-	after = max(after, 0)
-	spread := min(after/5, time.Second)
-	return after + 5*time.Millisecond + time.Duration(rand.Float64()*float64(spread))
 }
 
 // replayed is the answer to REPLAYED: the stored result, or the stored failure.
@@ -351,8 +354,8 @@ const (
 	completeInDoubt                           // anything else, or Complete's time ran out: Lookup decides
 )
 
-// classifyCompleteError says what a Complete that failed (after its retries) means.
-func classifyCompleteError(err error) completeFailure {
+// decideCompleteError says what a Complete that failed (after its retries) means.
+func decideCompleteError(err error) completeFailure {
 	var (
 		stale     *StaleFencingTokenError
 		notHeld   *LeaseNotHeldError
@@ -370,12 +373,12 @@ func classifyCompleteError(err error) completeFailure {
 	return completeInDoubt
 }
 
-// settleInDoubt decides from the Lookup (nil: it failed) whether our report
+// decideCallInDoubt decides from the Lookup (nil: it failed) whether our report
 // was recorded: only exactly the outcome we reported counts; then the
 // operation is as if Complete had answered it. SUPERSEDED (taken over) or
 // REVOKED (by an operator): the lease was lost.
 // Anything else: OutcomeNotRecordedError.
-func settleInDoubt(found *opregv1.LookupResponse, token uint64, rep *report, cause error) (op *opregv1.Operation, leaseLost bool, err error) {
+func decideCallInDoubt(found *opregv1.LookupResponse, token uint64, rep *report, cause error) (op *opregv1.Operation, leaseLost bool, err error) {
 	var mine *opregv1.Execution
 	for _, execution := range found.GetExecutions() {
 		if execution.GetFencingToken() == token {
@@ -453,18 +456,16 @@ func renewTimeout(now, trusted time.Time, callTimeout time.Duration) time.Durati
 	return max(min(callTimeout, trusted.Sub(now)), time.Millisecond)
 }
 
-// decideRenewFailure: after a failed Renew, the lease is lost (any error that
-// is not transient, or no time left before its trust ends), or the renewal is
-// retried after wait (never past the trust).
-func decideRenewFailure(err error, now, trusted time.Time, backoff time.Duration) (lost bool, wait time.Duration) {
-	if !IsTransient(err) {
+// decideRenewFailure: after the attempt-th failed Renew in a row (from 0),
+// the lease is lost (any error that is not transient, or no time left before
+// its trust ends), or the renewal is retried after wait: the backoff of
+// retryDelay (random, a uniform draw in [0, 1), its jitter), never past the
+// trust (trustedLeft).
+func decideRenewFailure(spec *runSpec, err error, attempt int, trustedLeft time.Duration, random float64) (lost bool, wait time.Duration) {
+	if !IsTransient(err) || trustedLeft <= 0 {
 		return true, 0
 	}
-	left := trusted.Sub(now)
-	if left <= 0 {
-		return true, 0
-	}
-	return false, min(transportWait(err, backoff), left)
+	return false, min(retryDelay(spec, attempt, retryInfoOf(err), random), trustedLeft)
 }
 
 func outcomeName(outcome opregv1.ClaimOutcome) string {

@@ -2,6 +2,7 @@ package opreg
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -252,7 +253,7 @@ func (c *Client) renewUntilLost(ctx context.Context, spec *runSpec, lease *Lease
 			failures, wait = 0, spec.renewEvery()
 			continue
 		}
-		lost, retryIn := decideRenewFailure(err, time.Now(), trusted, fullJitter(spec.backoffInitial, spec.backoffMax, failures))
+		lost, retryIn := decideRenewFailure(spec, err, failures, time.Until(trusted), rand.Float64())
 		failures++
 		if lost {
 			if IsTransient(err) {

@@ -2,10 +2,11 @@ package opreg
 
 import (
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"time"
 
@@ -174,7 +175,7 @@ func DefaultOwner() string {
 		host = "host"
 	}
 	var suffix [6]byte
-	_, _ = rand.Read(suffix[:])
+	_, _ = crand.Read(suffix[:])
 	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(suffix[:]))
 }
 
@@ -230,7 +231,7 @@ func (c *Client) RunOnce(ctx context.Context, namespace, key string, parameters 
 		if err != nil {
 			return nil, err
 		}
-		decision := decideClaim(resp, spec, time.Until(until), lastErr)
+		decision := decideClaimAnswer(spec, resp, time.Until(until), rand.Float64(), lastErr)
 		switch decision.step {
 		case claimReturn:
 			return decision.result, decision.err
@@ -243,7 +244,7 @@ func (c *Client) RunOnce(ctx context.Context, namespace, key string, parameters 
 		executed := c.execute(ctx, spec, &attempt{
 			lease:       resp.GetLease(),
 			operation:   resp.GetOperation(),
-			reconciling: resp.GetOutcome() == opregv1.ClaimOutcome_CLAIM_OUTCOME_RECONCILE,
+			reconciling: decision.reconcile,
 			sent:        sent,
 			until:       until,
 		}, work)
@@ -381,7 +382,7 @@ func (c *Client) completeReport(ctx context.Context, spec *runSpec, lease *Lease
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}
-	switch classifyCompleteError(err) {
+	switch decideCompleteError(err) {
 	case completeLeaseLost:
 		return nil, lease.lose(err)
 	case completeDefinitive:
@@ -397,7 +398,7 @@ func (c *Client) completeReport(ctx context.Context, spec *runSpec, lease *Lease
 		}
 		found = nil
 	}
-	op, leaseLost, settleErr := settleInDoubt(found, lease.FencingToken(), rep, err)
+	op, leaseLost, settleErr := decideCallInDoubt(found, lease.FencingToken(), rep, err)
 	if leaseLost {
 		return nil, lease.lose(err)
 	}
@@ -426,7 +427,7 @@ func retryCall[T any](ctx context.Context, spec *runSpec, until time.Time, what 
 			return zero, context.Cause(ctx)
 		}
 		last = err
-		wait, retry := retryWait(spec, err, attempt, time.Until(until), patient)
+		wait, retry := retryWait(spec, err, attempt, time.Until(until), patient, rand.Float64())
 		if !retry {
 			if IsTransient(err) {
 				return zero, &DeadlineExceededError{What: fmt.Sprintf("before %s succeeded on %s/%s", what, spec.namespace, spec.operationKey), Cause: err}

@@ -186,7 +186,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				drain()
 				return err
 			}
-			wait := transportWait(err, fullJitter(spec.backoffInitial, spec.backoffMax, failures))
+			wait := retryDelay(spec, failures, retryInfoOf(err), rand.Float64())
 			failures++
 			logger.Warn("opreg worker: ClaimDue failed; trying again", "namespace", w.Namespace, "error", err, "in", wait)
 			_ = sleep(ctx, wait)

@@ -7,7 +7,7 @@
 # already be built; it needs PostgreSQL's server binaries) and, for the
 # conformance scenarios, opreg-fault-proxy ($OPREG_FAULT_PROXY_BIN, default
 # <repo>/target/debug/opreg-fault-proxy). With OPREG_CI_LINT_ONLY set it stops
-# after the linters (`.ci/run quick`).
+# after the linters and the decision table's test (`.ci/run quick`).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
@@ -52,6 +52,8 @@ RUFF_CACHE_DIR="$venv/.ruff_cache" "$py" -m ruff check --no-fix src tests exampl
 RUFF_CACHE_DIR="$venv/.ruff_cache" "$py" -m ruff format --check src tests examples scripts
 
 if [[ -n "${OPREG_CI_LINT_ONLY:-}" ]]; then
+  step "the decision table (client/testdata/decisions.json), no server"
+  "$py" -m pytest -q -p no:cacheprovider tests/test_decisions.py
   echo "python client: lint only (OPREG_CI_LINT_ONLY): ok"
   exit 0
 fi

@@ -23,7 +23,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 import opreg
-from opreg import _run, pb
+from opreg import pb
 
 PARAMS = {"account": "A", "amount": 100}
 # Over the server's Claim limit (576 KiB): refused from the frame header.
@@ -159,15 +159,6 @@ def test_message_too_large_exposes_the_limit() -> None:
         SynthesizedRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, "too large", [info("MESSAGE_TOO_LARGE")])
     )
     assert type(no_limit) is opreg.MessageTooLarge and no_limit.limit is None
-
-
-def test_the_wait_is_at_least_the_retry_delay_with_jitter() -> None:
-    error = busy(0.2)
-    waits = [_run.transport_wait(error, 0.01) for _ in range(200)]
-    assert all(0.2 <= wait <= 0.22 for wait in waits)
-    assert len(set(waits)) > 1  # spread, not all the same
-    assert _run.transport_wait(error, 0.5) == 0.5  # a longer backoff stands
-    assert _run.transport_wait(opreg.Unavailable("down"), 0.01) == 0.01  # no RetryInfo: the backoff
 
 
 # -- the helpers honour RetryInfo ----------------------------------------------

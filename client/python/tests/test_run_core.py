@@ -1,7 +1,8 @@
-"""The run-once decision core (``opreg._run``) without a server: the rows of
-client/PROTOCOL.md's decision table that the conformance scenarios reach only
-in part (Complete's refusals, the Lookup that settles a Complete in doubt,
-Renew's refusals, what follows a recorded report)."""
+"""The run-once core (``opreg._run``, ``opreg._decide``) without a server: what
+the shared decision vectors (tests/test_decisions.py) do not reach. What
+follows a recorded report, reconciling, and how a run acts on each decision
+of the table (the lease marked lost, the error raised, the time Complete gets,
+the Renew backoff kept between failures)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import duration_pb2
+from google.rpc import error_details_pb2
 
 import opreg
-from opreg import _run, pb
+from opreg import _decide, _outcomes, _run, pb
 
 PARAMS = {"amount": 100}
 
@@ -45,7 +48,8 @@ def claimed(outcome: int = pb.CLAIM_OUTCOME_ACQUIRED, token: int = 7, remote_ref
 
 def attempt(*, can_reconcile: bool = True, response: pb.ClaimResponse | None = None, **overrides: Any) -> _run.Attempt:
     run = _run.RunOnce(spec(**overrides), 10, can_reconcile=can_reconcile)
-    return _run.Attempt(run, response or claimed(), time.monotonic())
+    response = response or claimed()
+    return _run.Attempt(run, response, time.monotonic(), reconciling=response.outcome == pb.CLAIM_OUTCOME_RECONCILE)
 
 
 def lease_of(a: _run.Attempt) -> _run.LeaseBase:
@@ -71,26 +75,25 @@ def test_the_defaults_of_the_protocol() -> None:
         assert parameters["deadline"].default == 120.0
         assert parameters["lease_ttl"].default == 30.0
         assert parameters["rpc_timeout"].default == 10.0
-        assert parameters["transport_backoff"].default == (0.1, 5.0)
         assert parameters["renew_interval"].default is None  # lease_ttl / 3
     assert spec(lease_ttl=30.0).renew_interval == 10.0
-    assert _run.expiry_margin(30.0) == 3.0 and _run.expiry_margin(0.9) == pytest.approx(0.09)
+    assert _decide.expiry_margin(30.0) == 3.0 and _decide.expiry_margin(0.9) == pytest.approx(0.09)
     assert _run.COMPLETE_RPC_TIMEOUTS == 3
 
 
 # -- what follows a recorded report ------------------------------------------------
 
 
-def after(report: _run.Outcome, error: BaseException | None, status: int, **kwargs: Any) -> Any:
+def after(report: _outcomes.Outcome, error: BaseException | None, status: int, **kwargs: Any) -> Any:
     options = {"retry_transient": True, "can_reconcile": False, "fencing_token": 7}
     options.update(kwargs)
-    return _run.after_complete(operation(status), report, error, **options)
+    return _decide.after_complete(operation(status), report, error, **options)
 
 
 def test_a_transient_work_error_is_claimed_again_or_dead() -> None:
     transient = opreg.TransientError("down")
-    report = _run.error_report(transient)
-    assert after(report, transient, pb.OPERATION_STATUS_RETRY_SCHEDULED) is _run.AGAIN
+    report = _decide.error_report(transient)
+    assert after(report, transient, pb.OPERATION_STATUS_RETRY_SCHEDULED) is _outcomes.AGAIN
     with pytest.raises(opreg.OperationDead):
         after(report, transient, pb.OPERATION_STATUS_DEAD)
     with pytest.raises(opreg.TransientError):
@@ -99,7 +102,7 @@ def test_a_transient_work_error_is_claimed_again_or_dead() -> None:
 
 def test_an_unexpected_work_error_is_raised_and_not_claimed_again() -> None:
     bug = ZeroDivisionError("division by zero")
-    report = _run.error_report(bug)
+    report = _decide.error_report(bug)
     assert isinstance(report, pb.RetryableError) and report.error_class == "ZeroDivisionError"
     for status in (pb.OPERATION_STATUS_RETRY_SCHEDULED, pb.OPERATION_STATUS_DEAD):
         with pytest.raises(ZeroDivisionError):
@@ -108,9 +111,9 @@ def test_an_unexpected_work_error_is_raised_and_not_claimed_again() -> None:
 
 def test_sent_but_unconfirmed_reconciles_or_is_outcome_unknown() -> None:
     unconfirmed = opreg.SentButUnconfirmed("remote-1")
-    report = _run.error_report(unconfirmed)
+    report = _decide.error_report(unconfirmed)
     assert isinstance(report, pb.UnknownOutcome) and report.remote_ref == "remote-1"
-    assert after(report, unconfirmed, pb.OPERATION_STATUS_UNKNOWN, can_reconcile=True) is _run.AGAIN
+    assert after(report, unconfirmed, pb.OPERATION_STATUS_UNKNOWN, can_reconcile=True) is _outcomes.AGAIN
     with pytest.raises(opreg.OutcomeUnknown) as caught:
         after(report, unconfirmed, pb.OPERATION_STATUS_UNKNOWN, can_reconcile=False)
     assert caught.value.remote_ref == "remote-1" and caught.value.fencing_token == 7
@@ -127,7 +130,7 @@ def test_after_not_applied_a_transient_work_error_is_claimed_again() -> None:
     a.reconciled(opreg.Reconciliation.not_applied())
     assert a.report is None  # the work runs next, under the same lease
     a.work_failed(lease, opreg.TransientError("down"))
-    assert a.done(pb.CompleteResponse(operation=operation(pb.OPERATION_STATUS_RETRY_SCHEDULED))) is _run.AGAIN
+    assert a.done(pb.CompleteResponse(operation=operation(pb.OPERATION_STATUS_RETRY_SCHEDULED))) is _outcomes.AGAIN
 
 
 def test_a_failed_reconcile_is_recorded_unknown_and_raised() -> None:
@@ -147,52 +150,64 @@ def test_reconcile_without_a_callback_hands_the_lease_back() -> None:
         a.done(pb.CompleteResponse(operation=operation(pb.OPERATION_STATUS_UNKNOWN)))
 
 
+# -- a call retried ----------------------------------------------------------------
+
+
+def test_a_retried_call_backs_off_and_never_sleeps_past_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_run.random, "random", lambda: 0.5)  # the draw the I/O layer makes
+    retry = _run.Retry(lambda timeout: None, _run.Deadline(1.0), spec(), "Claim")
+    down = opreg.Unavailable("down", code=grpc.StatusCode.UNAVAILABLE)
+    assert [retry.failed(down), retry.failed(down)] == pytest.approx([0.05, 0.1])
+    overloaded = opreg.Unavailable(
+        "overloaded",
+        code=grpc.StatusCode.UNAVAILABLE,
+        details=[error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=2))],
+    )
+    assert 0.9 < retry.failed(overloaded) <= 1.0  # the RetryInfo's 2.1 s, cut at the deadline
+
+
 # -- Complete's refusals -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cls", [opreg.StaleFencingToken, opreg.LeaseNotHeld])
-def test_complete_refused_as_not_our_lease_is_lease_lost(cls: type[opreg.OpregError]) -> None:
+def test_nothing_is_completed_under_a_lost_lease() -> None:
+    a = attempt()
+    lease = lease_of(a)
+    a.worked(b"done")
+    lease._mark_lost(opreg.LeaseNotHeld("not held", code=grpc.StatusCode.FAILED_PRECONDITION))
+    sent: list[object] = []
+    with pytest.raises(opreg.LeaseLost):
+        a.complete(lambda *args, **kwargs: sent.append(args), lease)
+    assert not sent
+
+
+def test_a_complete_refusal_is_acted_on() -> None:
     a = attempt()
     lease = lease_of(a)
     with pytest.raises(opreg.LeaseLost):
-        a.complete_failed(lease, error(cls))
+        a.complete_failed(lease, error(opreg.StaleFencingToken, grpc.StatusCode.ABORTED))
     assert lease.lost
-
-
-@pytest.mark.parametrize(
-    "cls",
-    [
-        opreg.AlreadyCompleted,
-        opreg.InvalidArgument,
-        opreg.OperationNotFound,
-        opreg.ParameterConflict,
-        opreg.OriginalOutcomeUnknown,
-        opreg.NothingToCompensate,
-        opreg.AlreadyCompensated,
-    ],
-)
-def test_complete_refused_definitively_raises_the_typed_error(cls: type[opreg.OpregError]) -> None:
     a = attempt()
     lease = lease_of(a)
-    with pytest.raises(cls):
-        a.complete_failed(lease, error(cls))
+    refusal = error(opreg.AlreadyCompleted)
+    with pytest.raises(opreg.AlreadyCompleted) as caught:
+        a.complete_failed(lease, refusal)
+    assert caught.value is refusal and not lease.lost
+    a = attempt()
+    lease = lease_of(a)
+    a.complete_failed(lease, opreg.InternalError("boom", code=grpc.StatusCode.INTERNAL))  # returns: a Lookup decides
     assert not lease.lost
 
 
 @pytest.mark.parametrize(
     "refusal",
     [
-        opreg.InternalError("boom", code=grpc.StatusCode.INTERNAL),
-        opreg.PermissionDenied("no", code=grpc.StatusCode.PERMISSION_DENIED),
-        opreg.MessageTooLarge("big", code=grpc.StatusCode.RESOURCE_EXHAUSTED),
         opreg.DeadlineExceeded("Complete's own time ran out"),
+        opreg.MessageTooLarge("big", code=grpc.StatusCode.RESOURCE_EXHAUSTED),
     ],
     ids=lambda e: type(e).__name__,
 )
-def test_any_other_complete_error_is_in_doubt(refusal: opreg.OpregError) -> None:
-    a = attempt()
-    a.complete_failed(lease_of(a), refusal)  # returns: a Lookup decides
-    assert a.in_doubt(refusal)
+def test_completes_time_running_out_or_another_error_is_in_doubt(refusal: opreg.OpregError) -> None:
+    assert _decide.decide_complete_error(refusal) == "in_doubt"
 
 
 def test_completes_own_time_is_three_call_timeouts_even_past_the_deadline() -> None:
@@ -214,107 +229,57 @@ def looked(token: int, outcome: int, status: int = pb.OPERATION_STATUS_SUCCEEDED
     )
 
 
-REPORTS: list[tuple[Any, int]] = [
-    (b"done", pb.EXECUTION_OUTCOME_SUCCEEDED),
-    (opreg.BusinessError("insufficient_funds"), pb.EXECUTION_OUTCOME_FAILED),
-    (opreg.TransientError("down"), pb.EXECUTION_OUTCOME_RETRYABLE),
-    (opreg.SentButUnconfirmed("remote-1"), pb.EXECUTION_OUTCOME_UNKNOWN),
-]
-OUTCOMES = [
-    pb.EXECUTION_OUTCOME_SUCCEEDED,
-    pb.EXECUTION_OUTCOME_FAILED,
-    pb.EXECUTION_OUTCOME_RETRYABLE,
-    pb.EXECUTION_OUTCOME_UNKNOWN,
-    pb.EXECUTION_OUTCOME_RUNNING,
-]
-
-
-def reported(value: Any) -> _run.Attempt:
+def test_the_lookups_verdict_is_acted_on() -> None:
+    cause = opreg.Unavailable("answer lost", code=grpc.StatusCode.UNAVAILABLE)
     a = attempt()
-    if isinstance(value, BaseException):
-        a.work_failed(lease_of(a), value)  # type: ignore[arg-type]
-    else:
-        a.worked(value)
-    return a
-
-
-@pytest.mark.parametrize("report,recorded_as", REPORTS, ids=lambda v: type(v).__name__)
-def test_only_exactly_the_outcome_we_reported_counts(report: Any, recorded_as: int) -> None:
-    cause = opreg.Unavailable("answer lost", code=grpc.StatusCode.UNAVAILABLE)
-    for seen in OUTCOMES:
-        a = reported(report)
-        lease = lease_of(a)
-        if seen == recorded_as:
-            answer = a.looked_up(lease, looked(7, seen), cause)
-            assert answer.operation.operation_key == "key"
-        else:
-            with pytest.raises(opreg.OutcomeNotRecorded):
-                a.looked_up(lease, looked(7, seen), cause)
-        assert not lease.lost
-
-
-@pytest.mark.parametrize("ended", [pb.EXECUTION_OUTCOME_SUPERSEDED, pb.EXECUTION_OUTCOME_REVOKED])
-def test_superseded_or_revoked_is_lease_lost_and_no_execution_or_no_lookup_not_recorded(ended: int) -> None:
-    cause = opreg.Unavailable("answer lost", code=grpc.StatusCode.UNAVAILABLE)
-    a = reported(b"done")
+    a.worked(b"done")
     lease = lease_of(a)
+    answer = a.looked_up(lease, looked(7, pb.EXECUTION_OUTCOME_SUCCEEDED), cause)
+    assert answer.operation.result == b"done" and not lease.lost
+    assert a.done(answer).value == b"done"
+    for response, seen in [
+        (looked(7, pb.EXECUTION_OUTCOME_FAILED), "EXECUTION_OUTCOME_FAILED"),
+        (looked(6, pb.EXECUTION_OUTCOME_SUCCEEDED), "no execution"),
+        (None, "Lookup failed"),
+    ]:
+        with pytest.raises(opreg.OutcomeNotRecorded, match=f"Lookup shows {seen}") as caught:
+            a.looked_up(lease, response, cause)
+        assert caught.value.fencing_token == 7 and isinstance(caught.value.report, pb.Success)
+        assert caught.value.__cause__ is cause and not lease.lost
     with pytest.raises(opreg.LeaseLost):
-        a.looked_up(lease, looked(7, ended), cause)
-    assert lease.lost
-    with pytest.raises(opreg.OutcomeNotRecorded, match="no execution"):
-        reported(b"done").looked_up(lease, looked(6, pb.EXECUTION_OUTCOME_SUCCEEDED), cause)
-    with pytest.raises(opreg.OutcomeNotRecorded, match="Lookup failed"):
-        reported(b"done").looked_up(lease, None, cause)
+        a.looked_up(lease, looked(7, pb.EXECUTION_OUTCOME_SUPERSEDED), cause)
+    assert lease.lost and lease.lost_reason is cause
 
 
 # -- Renew's refusals ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "refusal",
-    [
-        opreg.StaleFencingToken("stale", code=grpc.StatusCode.ABORTED),
-        opreg.LeaseNotHeld("not held", code=grpc.StatusCode.FAILED_PRECONDITION),
-        opreg.OperationNotFound("gone", code=grpc.StatusCode.NOT_FOUND),
-        opreg.PermissionDenied("no", code=grpc.StatusCode.PERMISSION_DENIED),
-        opreg.InvalidArgument("bad", code=grpc.StatusCode.INVALID_ARGUMENT),
-        opreg.InternalError("boom", code=grpc.StatusCode.INTERNAL),
-        opreg.MessageTooLarge("big", code=grpc.StatusCode.RESOURCE_EXHAUSTED),
-        opreg.OpregError("cancelled", code=grpc.StatusCode.CANCELLED),
-    ],
-    ids=lambda e: type(e).__name__ + (f"-{e.code.name}" if e.code else ""),
-)
-def test_any_non_transient_renew_error_loses_the_lease(refusal: opreg.OpregError) -> None:
-    a = attempt()
-    lease = lease_of(a)
-    renewal = _run.Renewal(lease, a.spec)
-    assert renewal.failed(refusal) is True
-    assert lease.lost and lease.lost_reason is refusal
-
-
-@pytest.mark.parametrize(
-    "transient",
-    [
-        opreg.Unavailable("down", code=grpc.StatusCode.UNAVAILABLE),
-        opreg.Unavailable("timeout", code=grpc.StatusCode.DEADLINE_EXCEEDED),
-        opreg.Unavailable("Timeout expired", code=grpc.StatusCode.CANCELLED),
-        opreg.OperationBusy("busy", code=grpc.StatusCode.UNAVAILABLE),
-        opreg.RateLimited("slow down", code=grpc.StatusCode.RESOURCE_EXHAUSTED),
-    ],
-    ids=lambda e: type(e).__name__ + f"-{e.code.name}",
-)
-def test_a_transient_renew_error_is_retried_before_the_local_expiry(transient: opreg.OpregError) -> None:
+def test_a_renewal_keeps_its_backoff_until_one_succeeds_and_a_refusal_loses_the_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_run.random, "random", lambda: 0.5)  # the draw the I/O layer makes
     a = attempt(lease_ttl=3.0)
     lease = lease_of(a)
     renewal = _run.Renewal(lease, a.spec)
-    assert renewal.failed(transient) is False and not lease.lost
-    assert 0 <= renewal.wait <= 3.0 - 0.3
+    down = opreg.Unavailable("down", code=grpc.StatusCode.UNAVAILABLE)
+    waits = []
+    for _ in range(4):
+        assert renewal.failed(down) is False and not lease.lost
+        waits.append(renewal.wait)
+    assert waits == pytest.approx([0.05, 0.1, 0.2, 0.4])  # the backoff doubles per failure in a row
+    renewed = pb.RenewResponse(lease=pb.Lease(owner="me", fencing_token=7))
+    renewal.renewed(renewal.renew(lambda *args, **kwargs: renewed))
+    assert renewal.wait == a.spec.renew_interval
+    assert renewal.failed(down) is False and renewal.wait == pytest.approx(0.05)  # from the start again
+    refusal = opreg.StaleFencingToken("stale", code=grpc.StatusCode.ABORTED)
+    assert renewal.failed(refusal) is True
+    assert lease.lost and lease.lost_reason is refusal
 
 
 def test_the_local_expiry_is_measured_from_the_claims_send() -> None:
     sent = time.monotonic() - 2.8  # the Claim was sent 2.8 s ago; its answer came late
     run = _run.RunOnce(spec(lease_ttl=3.0), 10, can_reconcile=False)
-    a = _run.Attempt(run, claimed(), sent)
+    a = _run.Attempt(run, claimed(), sent, reconciling=False)
     lease = lease_of(a)
     renewal = _run.Renewal(lease, a.spec)
     # 3 s - 0.3 s margin after the send has passed: a transient error now loses the lease.

@@ -1,10 +1,15 @@
 // The run-once decision table of client/PROTOCOL.md as pure functions: what a
 // Claim answer means, what the work's result becomes (the report and what
 // follows once it is recorded), what a Renew or Complete error means, and what
-// a Lookup in doubt means. No I/O, no clock and no randomness of their own (the
-// time and the jitter are arguments), so that every row is unit-tested without
-// a server (test/decide.test.ts). runOnce.ts, underLease.ts, leaseKeeper.ts and
-// worker.ts do the calls and follow these answers.
+// a Lookup in doubt means, and how long each wait is. No I/O, no clock and no
+// randomness of their own (the time left and the jitter's draw are arguments),
+// so that every row is tested without a server: against the vectors every
+// client shares (client/testdata/decisions.json, test/decisions.test.ts), and
+// what they do not cover in test/decide.test.ts. The functions are named after
+// the file's sections (isTransient, retryDelayMs, decideClaimAnswer,
+// decideCompleteError, decideRenewFailure, decideCallInDoubt). runOnce.ts,
+// underLease.ts, leaseKeeper.ts, retry.ts and worker.ts do the calls and follow
+// these answers.
 import { status as GrpcStatus } from "@grpc/grpc-js";
 
 import {
@@ -51,6 +56,31 @@ export function isTransient(error: unknown): error is OpregError {
   return error instanceof OpregError && error.transient;
 }
 
+// ---- waits ----
+
+export const DEFAULT_BACKOFF_INITIAL_MS = 100;
+export const DEFAULT_BACKOFF_MAX_MS = 5_000;
+
+/** The transport backoff: full jitter over min(maxMs, initialMs * 2^attempt). */
+export interface Backoff {
+  initialMs: number;
+  maxMs: number;
+}
+
+const DEFAULT_BACKOFF: Backoff = { initialMs: DEFAULT_BACKOFF_INITIAL_MS, maxMs: DEFAULT_BACKOFF_MAX_MS };
+
+/**
+ * The wait before retrying a transient error (`attempt` 0 is the first retry):
+ * full jitter over min(max, initial * 2^attempt), but at least the server's
+ * RetryInfo delay `retryInfoMs`, stretched by up to a tenth so that callers told
+ * the same delay do not come back together. `random` is uniform in [0, 1).
+ */
+export function retryDelayMs(attempt: number, retryInfoMs: number | undefined, random: number, backoff: Backoff = DEFAULT_BACKOFF): number {
+  const jittered = random * Math.min(backoff.maxMs, backoff.initialMs * 2 ** attempt);
+  if (retryInfoMs === undefined) return jittered;
+  return Math.max(jittered, retryInfoMs + (random * retryInfoMs) / 10);
+}
+
 export function deadlineError(what: string, cause?: unknown, deadline = "the overall deadline"): DeadlineExceededError {
   return new DeadlineExceededError({
     message: `${what}: ${deadline} passed`,
@@ -71,7 +101,7 @@ export type Step =
 export type ClaimDecision =
   | { kind: "execute"; lease: Lease; step: Step }
   /** REPLAYED SUCCEEDED: the stored result, replayed = true. */
-  | { kind: "replayed"; operation: Operation | undefined }
+  | { kind: "return"; operation: Operation | undefined }
   /** IN_PROGRESS / RETRY_LATER: sleep `waitMs`, then claim again. */
   | { kind: "wait"; waitMs: number }
   /** Throw `error`: a replayed business failure, DEAD, HELD, the deadline, or an answer that makes no sense. */
@@ -80,10 +110,8 @@ export type ClaimDecision =
 export interface ClaimContext {
   /** runOnce was given a reconcile callback. */
   hasReconcile: boolean;
-  /** Now (epoch ms, as `deadlineAt`). */
-  now: number;
-  /** The overall deadline (epoch ms). */
-  deadlineAt: number;
+  /** The time left before the overall deadline. */
+  remainingMs: number;
   /** The longest an IN_PROGRESS answer is waited before claiming again (the holder may finish sooner). */
   pollIntervalMs: number;
   /** Uniform in [0, 1): the jitter. */
@@ -92,13 +120,8 @@ export interface ClaimContext {
   what: string;
 }
 
-/** The wait after IN_PROGRESS / RETRY_LATER: `retryAfterMs` plus jitter (10 ms + up to a fifth of it, at most 1 s). */
-export function claimWaitMs(retryAfterMs: number, random: number): number {
-  return retryAfterMs + 10 + random * Math.min(1000, 50 + retryAfterMs * 0.2);
-}
-
 /** What a Claim answer means (the Claim table of PROTOCOL.md). */
-export function decideClaim(response: ClaimResponse, ctx: ClaimContext): ClaimDecision {
+export function decideClaimAnswer(response: ClaimResponse, ctx: ClaimContext): ClaimDecision {
   const { operation, outcome } = response;
   switch (outcome) {
     case ClaimOutcome.CLAIM_OUTCOME_ACQUIRED:
@@ -117,13 +140,17 @@ export function decideClaim(response: ClaimResponse, ctx: ClaimContext): ClaimDe
         const error = new BusinessError(operation.failure?.code ?? "", operation.failure?.message ?? "", { replayed: true, operation });
         return { kind: "raise", error };
       }
-      return { kind: "replayed", operation };
+      return { kind: "return", operation };
     case ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS:
     case ClaimOutcome.CLAIM_OUTCOME_RETRY_LATER: {
-      const retryAfter = millisFromDuration(response.retryAfter);
-      const base = outcome === ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS ? Math.min(retryAfter, ctx.pollIntervalMs) : retryAfter;
-      const waitMs = claimWaitMs(base, ctx.random);
-      if (ctx.now + waitMs >= ctx.deadlineAt) {
+      // Without a retry_after, claimed again after the poll interval; IN_PROGRESS at
+      // least that often, as the holder may finish before its lease ends.
+      const retryAfter = response.retryAfter === undefined ? ctx.pollIntervalMs : millisFromDuration(response.retryAfter);
+      const after = outcome === ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS ? Math.min(retryAfter, ctx.pollIntervalMs) : retryAfter;
+      // Past the due time, and spread by up to a fifth of the wait (at most 1 s)
+      // so that callers told the same retry_after do not claim together.
+      const waitMs = after + 5 + ctx.random * Math.min(after / 5, 1_000);
+      if (waitMs >= ctx.remainingMs) {
         // Sleeping into the deadline only delays the answer.
         return { kind: "raise", error: deadlineError(`${ctx.what}: ${ClaimOutcome[outcome]}, next claim due in ${retryAfter} ms`) };
       }
@@ -309,9 +336,23 @@ export function decideRecorded(plan: Plan, operation: Operation | undefined, has
 
 // ---- Renew and Complete errors ----
 
-/** What a failed Renew means: a transient error is retried (never past the local expiry); anything else loses the lease. */
-export function decideRenewError(error: unknown): "retry" | "lost" {
-  return isTransient(error) ? "retry" : "lost";
+export type RenewDecision = { lost: true } | { lost: false; waitMs: number };
+
+/**
+ * What a failed Renew means (`attempt` 0 is its first failure in a row): a
+ * transient error is retried after retryDelayMs, never past the time the lease
+ * is still trusted (`trustedLeftMs`); anything else, or no trusted time left,
+ * loses the lease.
+ */
+export function decideRenewFailure(
+  error: unknown,
+  attempt: number,
+  trustedLeftMs: number,
+  random: number,
+  backoff: Backoff = DEFAULT_BACKOFF,
+): RenewDecision {
+  if (!isTransient(error) || trustedLeftMs <= 0) return { lost: true };
+  return { lost: false, waitMs: Math.min(retryDelayMs(attempt, error.retryDelayMs, random, backoff), trustedLeftMs) };
 }
 
 export type CompleteErrorAction = "leaseLost" | "raise" | "inDoubt";
@@ -374,14 +415,15 @@ export type InDoubtDecision =
   | { kind: "notRecorded" };
 
 /**
- * What a Lookup (with executions) after a Complete in doubt means; `found`
- * undefined: the Lookup failed. Only exactly the outcome we reported counts:
- * accepting any non-running one would let a report we did not make pass for ours.
+ * What a Lookup (with executions) after a Complete in doubt means, for the
+ * report `reported` under `fencingToken`; `found` undefined: the Lookup failed.
+ * Only exactly the outcome we reported counts: accepting any non-running one
+ * would let a report we did not make pass for ours.
  */
-export function decideInDoubt(found: LookupResponse | undefined, fencingToken: bigint, kind: ReportKind): InDoubtDecision {
+export function decideCallInDoubt(reported: ReportKind, fencingToken: bigint, found: LookupResponse | undefined): InDoubtDecision {
   const ours = found?.executions.find((e) => e.fencingToken === fencingToken);
   if (ours === undefined) return { kind: "notRecorded" };
-  if (ours.outcome === RECORDED_AS[kind]) return { kind: "recorded", operation: found?.operation };
+  if (ours.outcome === RECORDED_AS[reported]) return { kind: "recorded", operation: found?.operation };
   // Another execution took over, or an operator revoked the lease: no report is ours to make.
   if (
     ours.outcome === ExecutionOutcome.EXECUTION_OUTCOME_SUPERSEDED ||

@@ -1,7 +1,7 @@
 // Background renewal of a lease while work runs under it (runOnce and the
 // worker): every `everyMs`, transient failures retried with full jitter, and
 // the lease given up, with the work's signal aborted, as soon as a renewal
-// fails with any non-transient error (decideRenewError) or the lease can no
+// fails with any non-transient error (decideRenewFailure) or the lease can no
 // longer be trusted on this host's monotonic clock: send time of the call that
 // granted or renewed it + TTL - TTL/10.
 import { performance } from "node:perf_hooks";
@@ -10,8 +10,8 @@ import { status as GrpcStatus } from "@grpc/grpc-js";
 
 import type { OpregClient } from "./client";
 import { DeadlineExceededError, LeaseLostError } from "./errors";
-import { decideRenewError } from "./decide";
-import { backoffMs, transportWaitMs, type RetryContext } from "./retry";
+import { decideRenewFailure } from "./decide";
+import type { RetryContext } from "./retry";
 import { durationFromMillis } from "./time";
 
 /** How long a lease granted (or renewed) at a moment is trusted: the TTL less a tenth for the grant's own delay. */
@@ -114,18 +114,19 @@ export class LeaseKeeper {
       this.lastFailure = undefined;
       this.schedule(this.everyMs);
     } catch (error) {
-      if (decideRenewError(error) === "retry") {
+      const decision = decideRenewFailure(error, this.failures, this.validUntil - performance.now(), Math.random(), this.ctx);
+      if (!decision.lost) {
         // Retried with full jitter (not at the next tick), no sooner than the
         // server's RetryInfo asks, but never past the moment the lease can no
         // longer be trusted (schedule gives the lease up then).
         this.failures++;
         this.lastFailure = error;
-        this.schedule(transportWaitMs(error, Math.min(this.everyMs, backoffMs(this.ctx, this.failures))));
+        this.schedule(decision.waitMs);
         return;
       }
       // Any error that is not transient (STALE_FENCING_TOKEN, LEASE_NOT_HELD,
-      // OPERATION_NOT_FOUND, PERMISSION_DENIED, anything): the lease cannot be
-      // confirmed; never report under it.
+      // OPERATION_NOT_FOUND, PERMISSION_DENIED, anything), or no trusted time
+      // left: the lease cannot be confirmed; never report under it.
       if (this.stopped) return;
       this.lose(error);
     }

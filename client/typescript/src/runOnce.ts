@@ -2,7 +2,7 @@
 // same shape in every opreg client, following client/PROTOCOL.md (the decisions
 // are in decide.ts, the execution under a lease in underLease.ts).
 //
-// 1. Claim (decideClaim). REPLAYED: the stored result, or the stored business
+// 1. Claim (decideClaimAnswer). REPLAYED: the stored result, or the stored business
 //    failure (BusinessError, replayed = true). IN_PROGRESS (waited at most
 //    pollIntervalMs) / RETRY_LATER: wait retry_after plus jitter and claim
 //    again, within one overall deadline (default 120 s; a wait that would end
@@ -23,16 +23,10 @@ import { performance } from "node:perf_hooks";
 
 import type { OpregClient } from "./client";
 import { effectiveDeadline } from "./client";
-import { decideClaim } from "./decide";
+import { DEFAULT_BACKOFF_INITIAL_MS, DEFAULT_BACKOFF_MAX_MS, decideClaimAnswer } from "./decide";
 import type { JsonObject } from "./digest";
 import type { Operation, RetryPolicy } from "./gen/opreg/v1/registry";
-import {
-  DEFAULT_BACKOFF_INITIAL_MS,
-  DEFAULT_BACKOFF_MAX_MS,
-  DEFAULT_CALL_TIMEOUT_MS,
-  withRetries,
-  type RetryContext,
-} from "./retry";
+import { DEFAULT_CALL_TIMEOUT_MS, withRetries, type RetryContext } from "./retry";
 import { abortReason, durationFromMillis, sleep } from "./time";
 import { DEFAULT_LEASE_TTL_MS, defaultOwner, executeUnderLease, type Reconcile, type Work } from "./underLease";
 
@@ -175,9 +169,15 @@ export async function runOnce(
       },
       ctx,
     );
-    const decision = decideClaim(response, { hasReconcile, now: Date.now(), deadlineAt: ctx.deadlineAt, pollIntervalMs, random: Math.random(), what });
+    const decision = decideClaimAnswer(response, {
+      hasReconcile,
+      remainingMs: ctx.deadlineAt - Date.now(),
+      pollIntervalMs,
+      random: Math.random(),
+      what,
+    });
     switch (decision.kind) {
-      case "replayed": {
+      case "return": {
         const operation = decision.operation;
         return makeResult(operation?.result ?? new Uint8Array(), operation?.resultRef ?? "", true, false, operation);
       }

@@ -28,8 +28,8 @@ import { randomUUID } from "node:crypto";
 
 import type { OpregClient } from "./client";
 import {
+  decideCallInDoubt,
   decideCompleteError,
-  decideInDoubt,
   decideRecorded,
   decideReport,
   settledOfVerdict,
@@ -241,12 +241,12 @@ async function record(execution: LeasedExecution, plan: Plan): Promise<Operation
     found = await withRetries(
       `${what}: Lookup`,
       (o) => client.lookup({ namespace, operationKey, includeExecutions: true }, o),
-      { ...ctx, signal: undefined, deadlineAt: Date.now() + ctx.callTimeoutMs, deadlineName: "the Lookup's time (a call timeout)" },
+      { ...ctx, signal: undefined, deadlineAt: Date.now() + COMPLETE_CALL_TIMEOUTS * ctx.callTimeoutMs, deadlineName: "the Lookup's time (Complete's own: three call timeouts)" },
     );
   } catch {
     found = undefined;
   }
-  const settled = decideInDoubt(found, token, plan.kind);
+  const settled = decideCallInDoubt(plan.kind, token, found);
   switch (settled.kind) {
     case "recorded":
       return settled.operation;

@@ -26,17 +26,9 @@ import { performance } from "node:perf_hooks";
 
 import type { OpregClient } from "./client";
 import { LeaseLostError, TransientError } from "./errors";
-import { decideDue, describe } from "./decide";
+import { DEFAULT_BACKOFF_INITIAL_MS, DEFAULT_BACKOFF_MAX_MS, decideDue, describe, isTransient, retryDelayMs } from "./decide";
 import { ClaimOutcome, type DueOperation, type Lease, type Operation } from "./gen/opreg/v1/registry";
-import {
-  DEFAULT_BACKOFF_INITIAL_MS,
-  DEFAULT_BACKOFF_MAX_MS,
-  DEFAULT_CALL_TIMEOUT_MS,
-  backoffMs,
-  isTransient,
-  transportWaitMs,
-  type RetryContext,
-} from "./retry";
+import { DEFAULT_CALL_TIMEOUT_MS, type RetryContext } from "./retry";
 import { durationFromMillis, sleep } from "./time";
 import {
   DEFAULT_LEASE_TTL_MS,
@@ -204,8 +196,7 @@ export class Worker {
         due = await this.claimDue(limit);
       } catch (error) {
         if (!isTransient(error)) throw error;
-        failures++;
-        const waitMs = transportWaitMs(error, backoffMs(this.ctx, failures));
+        const waitMs = retryDelayMs(failures++, error.retryDelayMs, Math.random(), this.ctx);
         this.log.warn("claim due failed, retrying", { namespace: this.options.namespace, failures, waitMs, error: describe(error) });
         await rest(waitMs, this.options.signal);
         continue;

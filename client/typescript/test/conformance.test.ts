@@ -10,16 +10,9 @@ import { after, before, describe, test } from "node:test";
 
 import {
   BusinessError,
-  DeadlineExceededError,
-  LeaseLostError,
   NotFoundError,
-  OperationDeadError,
-  OperationHeldError,
   OperationStatus,
   OpregClient,
-  OutcomeNotRecordedError,
-  OutcomeUnknownError,
-  ReconcileRequiredError,
   Reconciled,
   SentButUnconfirmedError,
   TransientError,
@@ -30,6 +23,7 @@ import {
   type RunOnceResult,
   type Work,
 } from "../src";
+import { kindOf, UnexpectedWorkError } from "./kinds";
 import { startProxy } from "./proxy";
 import { REPO_ROOT, startServer, type TestServer } from "./server";
 
@@ -101,25 +95,6 @@ export function callsMatch(lines: string[], expected: string[]): boolean {
     return result;
   };
   return go(0, 0);
-}
-
-// ---- the error kinds (PROTOCOL.md, "Errors and their conformance kinds") ----
-
-class UnexpectedWorkError extends Error {
-  override name = "UnexpectedWorkError";
-}
-
-function kindOf(error: unknown): string {
-  if (error instanceof BusinessError) return "business_failure";
-  if (error instanceof OperationDeadError) return "dead";
-  if (error instanceof OperationHeldError) return "held";
-  if (error instanceof LeaseLostError) return "lease_lost";
-  if (error instanceof OutcomeUnknownError) return "outcome_unknown";
-  if (error instanceof ReconcileRequiredError) return "reconcile_required";
-  if (error instanceof DeadlineExceededError) return "deadline_exceeded";
-  if (error instanceof OutcomeNotRecordedError) return "outcome_not_recorded";
-  if (error instanceof UnexpectedWorkError) return "work_error";
-  return `unexpected ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`;
 }
 
 // ---- the actions ----

@@ -4,7 +4,7 @@
 //
 // MESSAGE_TOO_LARGE is provoked on the real server. OPERATION_BUSY needs a row
 // locked in the database, so it is synthesized: a grpc-status-details-bin
-// trailer (google.rpc.Status with ErrorInfo and RetryInfo) encoded here and
+// trailer (google.rpc.Status with ErrorInfo and RetryInfo, statusEncoding.ts)
 // answered by a grpc-js interceptor, as the other tests inject statuses.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
@@ -12,7 +12,6 @@ import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
 
 import { InterceptingCall, Metadata, status as GrpcStatus, type Interceptor, type ServiceError } from "@grpc/grpc-js";
-import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 
 import {
   DeadlineExceededError,
@@ -29,10 +28,16 @@ import {
   Worker,
   withRetries,
 } from "../src";
-import { isTransient, transportWaitMs } from "../src/retry";
+import { isTransient } from "../src/decide";
 import { capturingLogger, seedRetry, sleep, waitFor } from "./fixtures";
 import { startServer, type TestServer } from "./server";
-import { ERROR_INFO, encodeErrorInfo as errorInfo } from "./statusEncoding";
+import {
+  ERROR_INFO,
+  RETRY_INFO,
+  encodeErrorInfo as errorInfo,
+  encodeRetryInfo as retryInfo,
+  encodeRpcStatus as rpcStatus,
+} from "./statusEncoding";
 
 let server: TestServer;
 let client: OpregClient;
@@ -54,30 +59,6 @@ after(async () => {
 });
 
 // ---- google.rpc.Status, encoded as the server sends it ----
-
-function retryInfo(ms: number): Uint8Array {
-  const writer = new BinaryWriter();
-  writer.tag(1, WireType.LengthDelimited).fork();
-  writer.tag(1, WireType.Varint).int64(Math.floor(ms / 1000));
-  writer.tag(2, WireType.Varint).int32((ms % 1000) * 1_000_000);
-  writer.join();
-  return writer.finish();
-}
-
-const RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo";
-
-function rpcStatus(code: GrpcStatus, message: string, details: [typeUrl: string, value: Uint8Array][]): Uint8Array {
-  const writer = new BinaryWriter();
-  writer.tag(1, WireType.Varint).int32(code);
-  writer.tag(2, WireType.LengthDelimited).string(message);
-  for (const [typeUrl, value] of details) {
-    writer.tag(3, WireType.LengthDelimited).fork();
-    writer.tag(1, WireType.LengthDelimited).string(typeUrl);
-    writer.tag(2, WireType.LengthDelimited).bytes(value);
-    writer.join();
-  }
-  return writer.finish();
-}
 
 interface Answer {
   code: GrpcStatus;
@@ -248,14 +229,6 @@ describe("errors: decoding", () => {
     assert.ok(noLimit instanceof MessageTooLargeError && noLimit.limit === undefined);
   });
 
-  test("the wait is at least the RetryInfo delay, with jitter", () => {
-    const busy = typed(busyAnswer(200));
-    const waits = Array.from({ length: 200 }, () => transportWaitMs(busy, 10));
-    assert.ok(waits.every((w) => w >= 200 && w <= 220), String(waits));
-    assert.ok(new Set(waits).size > 1, "spread, not all the same");
-    assert.equal(transportWaitMs(busy, 500), 500, "a longer backoff stands");
-    assert.equal(transportWaitMs(typed(answer(GrpcStatus.UNAVAILABLE, "down")), 10), 10, "no RetryInfo: the backoff");
-  });
 });
 
 describe("errors: the helpers honour RetryInfo", () => {

@@ -51,7 +51,7 @@ from ._gen.v1.registry_pb2 import (
 from ._gen.v1.registry_pb2 import (
     Lease as LeaseMessage,
 )
-from ._run import (
+from ._outcomes import (
     BusinessError,
     BusinessFailure,
     Reconciliation,

@@ -23,17 +23,8 @@ from typing import Any, Generic, TypeVar
 
 from ._convert import Seconds, seconds
 from ._gen.v1 import registry_pb2 as pb
-from ._run import (
-    Attempt,
-    Backoff,
-    BusinessFailure,
-    LeaseBase,
-    SentButUnconfirmed,
-    TransientError,
-    due_attempt,
-    run_spec,
-    transport_wait,
-)
+from ._outcomes import BusinessFailure, SentButUnconfirmed, TransientError
+from ._run import Attempt, Backoff, LeaseBase, due_attempt, run_spec
 from .errors import LeaseLost, OperationDead, OutcomeUnknown, Unavailable
 
 __all__ = ["NO_HANDLER", "NoHandler", "WorkerStopped", "kind_of"]
@@ -179,7 +170,7 @@ class WorkerBase(Generic[LeaseT]):
         )
         self.max_in_flight = max_in_flight
         self.grace = seconds(grace)
-        self._backoff = Backoff(*transport_backoff)
+        self._backoff = Backoff(transport_backoff)
         self._in_flight: dict[LeaseT, Any] = {}  # lease → the thread or task running it
         self._stopping = False
         self._started = False
@@ -244,7 +235,7 @@ class WorkerBase(Generic[LeaseT]):
 
     def _transport_wait(self, error: Unavailable) -> float:
         """The backoff after a transient ClaimDue failure, at least the server's RetryInfo delay."""
-        delay = transport_wait(error, self._backoff.next())
+        delay = self._backoff.next(error)
         log.warning("%s: ClaimDue failed (%s); again in %.3fs", self.namespace, error, delay)
         return delay
 

@@ -1,10 +1,10 @@
 """The asyncio client (``grpc.aio``): the same wrappers, ``run_once`` and
 worker (:class:`AsyncWorker`) as :class:`opreg.Client`, awaited.
 
-What the two clients share lives in ``_rpc``, ``_run`` and ``_worker``; this
-module awaits the calls, sleeps with ``asyncio.sleep``, renews leases in a
-task, runs ``work`` in a task that is cancelled when the lease is lost, and
-runs a worker's operations in tasks."""
+What the two clients share lives in ``_rpc``, ``_run`` (with its decisions in
+``_decide``) and ``_worker``; this module awaits the calls, sleeps with
+``asyncio.sleep``, renews leases in a task, runs ``work`` in a task that is
+cancelled when the lease is lost, and runs a worker's operations in tasks."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ import grpc.aio
 from . import _rpc, _run, _worker
 from ._convert import Parameters, Seconds
 from ._gen.v1 import registry_pb2 as pb
+from ._outcomes import AGAIN, Reconciliation, Result
 from ._rpc import DEFAULT_CHANNEL_OPTIONS  # noqa: F401 - opreg.aio.DEFAULT_CHANNEL_OPTIONS, as before
-from ._run import AGAIN, Reconciliation, Result
 from .errors import OpregError, StaleFencingToken, Unavailable, from_rpc_error
 
 __all__ = ["AsyncClient", "AsyncLease", "AsyncWorker"]
@@ -247,8 +247,10 @@ class AsyncClient(_rpc.ClientBase[grpc.aio.Channel]):
 
     async def _complete(self, attempt: _run.Attempt, lease: AsyncLease) -> pb.CompleteResponse:
         """Complete; when its result is in doubt, a Lookup decides."""
+        # LeaseLost if the lease was lost meanwhile: then nothing is sent.
+        complete: _run.Retry[Awaitable[pb.CompleteResponse]] = attempt.complete(self.complete, lease)
         try:
-            return await self._retry(attempt.complete(self.complete, lease))
+            return await self._retry(complete)
         except OpregError as error:
             attempt.complete_failed(lease, error)  # raises unless the report is in doubt
             try:

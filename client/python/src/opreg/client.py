@@ -2,9 +2,10 @@
 :class:`Worker`.
 
 What the two clients share lives in ``_rpc`` (the wrappers' signatures and
-requests), ``_run`` (the run-once protocol) and ``_worker`` (the worker's
-decisions); this module makes the calls, sleeps with ``time.sleep``, renews
-leases in a thread and runs a worker's operations on threads."""
+requests), ``_run`` (the run-once protocol, with its decisions in ``_decide``)
+and ``_worker`` (the worker's decisions); this module makes the calls, sleeps
+with ``time.sleep``, renews leases in a thread and runs a worker's operations
+on threads."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ import grpc
 from . import _rpc, _run, _worker
 from ._convert import Parameters, Seconds
 from ._gen.v1 import registry_pb2 as pb
+from ._outcomes import AGAIN, Reconciliation, Result
 from ._rpc import DEFAULT_CHANNEL_OPTIONS
-from ._run import AGAIN, Reconciliation, Result
 from .errors import OpregError, StaleFencingToken, Unavailable, from_rpc_error
 
 __all__ = ["Client", "Lease", "Worker", "DEFAULT_CHANNEL_OPTIONS"]
@@ -241,8 +242,10 @@ class Client(_rpc.ClientBase[grpc.Channel]):
 
     def _complete(self, attempt: _run.Attempt, lease: Lease) -> pb.CompleteResponse:
         """Complete; when its result is in doubt, a Lookup decides."""
+        # LeaseLost if the lease was lost meanwhile: then nothing is sent.
+        complete = attempt.complete(self.complete, lease)
         try:
-            return self._retry(attempt.complete(self.complete, lease))
+            return self._retry(complete)
         except OpregError as error:
             attempt.complete_failed(lease, error)  # raises unless the report is in doubt
             try:

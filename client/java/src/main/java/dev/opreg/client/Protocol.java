@@ -47,24 +47,20 @@ final class Protocol {
     return OpregErrors.isTransient(error);
   }
 
-  /** Full jitter over min(max, initial · 2^attempt); {@code random} in [0, 1). */
-  static Duration fullJitter(int attempt, Duration initial, Duration max, double random) {
-    double ceiling = Math.min(max.toNanos(), initial.toNanos() * Math.pow(2, Math.min(attempt, 62)));
-    return Duration.ofNanos((long) (random * ceiling));
-  }
-
   /**
-   * The wait before retrying after the transient {@code error}: the (jittered) {@code backoff}, but at
-   * least the server's RetryInfo delay stretched by up to a tenth ({@code random} in [0, 1)), so that
-   * callers told the same delay do not come back together.
+   * The wait before retrying after the {@code attempt}-th (from 0) transient error in a row: full
+   * jitter over min(max, initial · 2^attempt), but at least the server's RetryInfo delay
+   * ({@code retryInfo}, null for none) stretched by up to a tenth, so that callers told the same delay
+   * do not come back together. {@code random} in [0, 1) draws both.
    */
-  static Duration transportWait(Throwable error, Duration backoff, double random) {
-    if (!(error instanceof OpregException opreg) || opreg.retryDelay().isEmpty()) {
-      return backoff;
+  static Duration retryDelay(int attempt, Duration retryInfo, double random, Duration initial, Duration max) {
+    double ceiling = Math.min(max.toNanos(), initial.toNanos() * Math.pow(2, Math.min(attempt, 62)));
+    long backoff = (long) (random * ceiling);
+    if (retryInfo == null) {
+      return Duration.ofNanos(backoff);
     }
-    Duration delay = opreg.retryDelay().get();
-    Duration stretched = delay.plusNanos((long) (random * delay.toNanos() / 10));
-    return stretched.compareTo(backoff) > 0 ? stretched : backoff;
+    long stretched = retryInfo.toNanos() + (long) (random * retryInfo.toNanos() / 10);
+    return Duration.ofNanos(Math.max(backoff, stretched));
   }
 
   /** The timeout of the next try of a retried call; {@code null} when no time is left. */
@@ -96,27 +92,15 @@ final class Protocol {
   record Execute(boolean reconciling) implements ClaimStep {}
 
   /**
-   * How long to wait before claiming again after IN_PROGRESS / RETRY_LATER: RETRY_LATER's
-   * {@code retry_after}; for IN_PROGRESS at most {@code pollInterval} (the holder may finish before
-   * its lease ends); plus a little jitter ({@code random} in [0, 1)).
+   * The decision table "Claim" of PROTOCOL.md. IN_PROGRESS / RETRY_LATER wait RETRY_LATER's
+   * {@code retry_after} (the poll interval without one); for IN_PROGRESS at most {@code pollInterval}
+   * (the holder may finish before its lease ends); plus 5 ms and up to a fifth of it, at most a
+   * second, of jitter ({@code random} in [0, 1)). Throws the recorded
+   * {@link BusinessFailureException} (REPLAYED, FAILED), {@link OperationDeadException} (DEAD),
+   * {@link OperationHeldException} (HELD) and {@link DeadlineExceededException} (a wait that would end
+   * at or past the deadline).
    */
-  static Duration claimWait(ClaimResponse response, Duration pollInterval, double random) {
-    long after = response.hasRetryAfter() ? Durations.fromProto(response.getRetryAfter()).toNanos() : pollInterval.toNanos();
-    if (response.getOutcome() == ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS) {
-      after = Math.min(after, pollInterval.toNanos());
-    }
-    after = Math.max(after, 0);
-    long jitterMin = 5_000_000L;
-    long jitter = jitterMin + (long) (random * Math.min(0.2 * after, 1e9));
-    return Duration.ofNanos(after + jitter);
-  }
-
-  /**
-   * The decision table "Claim" of PROTOCOL.md. Throws the recorded {@link BusinessFailureException}
-   * (REPLAYED, FAILED), {@link OperationDeadException} (DEAD), {@link OperationHeldException} (HELD)
-   * and {@link DeadlineExceededException} (a wait that would end past the deadline).
-   */
-  static ClaimStep afterClaim(
+  static ClaimStep decideClaimAnswer(
       ClaimResponse response, long remainingNanos, Duration pollInterval, double random, Throwable lastError) {
     Operation operation = response.getOperation();
     ClaimOutcome outcome = response.getOutcome();
@@ -130,7 +114,12 @@ final class Protocol {
         throw held(response, lastError);
       case CLAIM_OUTCOME_IN_PROGRESS:
       case CLAIM_OUTCOME_RETRY_LATER: {
-        Duration wait = claimWait(response, pollInterval, random);
+        long after = response.hasRetryAfter() ? Durations.fromProto(response.getRetryAfter()).toNanos() : pollInterval.toNanos();
+        if (outcome == ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS) {
+          after = Math.min(after, pollInterval.toNanos());
+        }
+        after = Math.max(after, 0);
+        Duration wait = Duration.ofNanos(after + 5_000_000L + (long) (random * Math.min(0.2 * after, 1e9)));
         if (wait.toNanos() >= remainingNanos) {
           throw new DeadlineExceededException(
               where(operation) + ": deadline exceeded waiting after " + outcome + " (next claim in " + Durations.seconds(wait) + ")",
@@ -286,12 +275,13 @@ final class Protocol {
     /** STALE_FENCING_TOKEN, LEASE_NOT_HELD: the lease is not ours. */
     LEASE_LOST,
     /** ALREADY_COMPLETED, INVALID_ARGUMENT, OPERATION_NOT_FOUND, PARAMETER_CONFLICT, compensation: raise it. */
-    DEFINITIVE,
+    RAISE,
     /** Anything else, or Complete's time ran out: a Lookup decides. */
     IN_DOUBT
   }
 
-  static CompleteError afterCompleteError(Throwable error) {
+  /** The table "Complete": what a Complete error means once its retries are spent. */
+  static CompleteError decideCompleteError(Throwable error) {
     if (error instanceof StaleFencingTokenException || error instanceof LeaseNotHeldException) {
       return CompleteError.LEASE_LOST;
     }
@@ -301,7 +291,7 @@ final class Protocol {
         || error instanceof ParameterConflictException
         || error instanceof CompensationException
         || error instanceof LeaseLostException) {
-      return CompleteError.DEFINITIVE;
+      return CompleteError.RAISE;
     }
     return CompleteError.IN_DOUBT;
   }
@@ -311,7 +301,7 @@ final class Protocol {
     /** Our token's execution with exactly the outcome we reported: as if Complete had answered. */
     RECORDED,
     /** SUPERSEDED or REVOKED: another execution took over, or an operator revoked the lease; it is lost. */
-    SUPERSEDED,
+    LEASE_LOST,
     /** RUNNING, another outcome, no such execution, or the Lookup failed. */
     NOT_RECORDED
   }
@@ -342,14 +332,14 @@ final class Protocol {
   }
 
   /** The table "Complete in doubt": only exactly the outcome we reported counts as ours. */
-  static LookupVerdict afterLookup(LookupResponse response, long fencingToken, CompleteRequest report) {
+  static LookupVerdict decideCallInDoubt(LookupResponse response, long fencingToken, CompleteRequest report) {
     Execution mine = ourExecution(response, fencingToken);
     if (mine == null) {
       return LookupVerdict.NOT_RECORDED;
     }
     if (mine.getOutcome() == ExecutionOutcome.EXECUTION_OUTCOME_SUPERSEDED
         || mine.getOutcome() == ExecutionOutcome.EXECUTION_OUTCOME_REVOKED) {
-      return LookupVerdict.SUPERSEDED;
+      return LookupVerdict.LEASE_LOST;
     }
     return mine.getOutcome() == recordedAs(report) ? LookupVerdict.RECORDED : LookupVerdict.NOT_RECORDED;
   }
@@ -468,18 +458,18 @@ final class Protocol {
   record RenewAgain(Duration delay) implements RenewStep {}
 
   /**
-   * The table "The lease": any non-transient error loses the lease; a transient one is retried after
-   * {@code wait} (the backoff), never past the trusted time, after which the lease is lost.
+   * The table "The lease", after the {@code attempt}-th (from 0) failed Renew in a row: any
+   * non-transient error loses the lease; a transient one is retried after {@link #retryDelay}, never
+   * past the trusted time ({@code trustedLeftNanos} from now), and once none is left the lease is lost.
    */
-  static RenewStep afterRenewFailure(Throwable error, long nowNanos, long localExpiryNanos, Duration leaseTtl, Duration wait) {
-    if (!isTransient(error)) {
+  static RenewStep decideRenewFailure(
+      Throwable error, int attempt, long trustedLeftNanos, double random, Duration initial, Duration max) {
+    if (!isTransient(error) || trustedLeftNanos <= 0) {
       return new Lost();
     }
-    long left = trustedUntil(localExpiryNanos, leaseTtl) - nowNanos;
-    if (left <= 0) {
-      return new Lost();
-    }
-    return new RenewAgain(notPast(wait, left));
+    Duration retryInfo = ((OpregException) error).retryDelay().orElse(null); // transient: an UnavailableException
+    Duration wait = retryDelay(attempt, retryInfo, random, initial, max);
+    return new RenewAgain(notPast(wait, trustedLeftNanos));
   }
 
   // -- the worker ----------------------------------------------------------------------------

@@ -72,13 +72,9 @@ final class Renewer implements Runnable {
         if (stopped) {
           return;
         }
-        ThreadLocalRandom random = ThreadLocalRandom.current();
-        Duration backoff = Protocol.transportWait(
-            error,
-            Protocol.fullJitter(failures++, options.backoffInitial, options.backoffMax, random.nextDouble()),
-            random.nextDouble());
-        Protocol.RenewStep step = Protocol.afterRenewFailure(
-            error, System.nanoTime(), lease.localExpiryNanos(), options.leaseTtl, backoff);
+        long trustedLeft = Protocol.trustedUntil(lease.localExpiryNanos(), options.leaseTtl) - System.nanoTime();
+        Protocol.RenewStep step = Protocol.decideRenewFailure(
+            error, failures++, trustedLeft, ThreadLocalRandom.current().nextDouble(), options.backoffInitial, options.backoffMax);
         if (step instanceof Protocol.RenewAgain again) {
           wait = again.delay();
         } else {

@@ -66,7 +66,7 @@ final class Runner {
         checkCancelled();
         long claimedAt = System.nanoTime(); // the lease began no earlier than this send
         ClaimResponse response = retry(timeout -> client.claim(request, timeout), deadline, "Claim", lastError);
-        Protocol.ClaimStep step = Protocol.afterClaim(
+        Protocol.ClaimStep step = Protocol.decideClaimAnswer(
             response, deadline - System.nanoTime(), options.pollInterval, ThreadLocalRandom.current().nextDouble(), lastError);
         if (step instanceof Protocol.Replayed replayed) {
           return replayed.result();
@@ -217,10 +217,10 @@ final class Runner {
     try {
       return retry(timeout -> client.complete(request, timeout), until, "Complete", attempt.error);
     } catch (OpregException error) {
-      switch (Protocol.afterCompleteError(error)) {
+      switch (Protocol.decideCompleteError(error)) {
         case LEASE_LOST:
           throw lease.lose(error);
-        case DEFINITIVE:
+        case RAISE:
           throw error;
         case IN_DOUBT:
         default:
@@ -242,10 +242,10 @@ final class Runner {
       } catch (OpregException lookupError) {
         looked = null;
       }
-      switch (Protocol.afterLookup(looked, lease.fencingToken(), attempt.report)) {
+      switch (Protocol.decideCallInDoubt(looked, lease.fencingToken(), attempt.report)) {
         case RECORDED:
           return CompleteResponse.newBuilder().setOperation(looked.getOperation()).build();
-        case SUPERSEDED:
+        case LEASE_LOST:
           throw lease.lose(error);
         case NOT_RECORDED:
         default:
@@ -291,11 +291,9 @@ final class Runner {
           throw error;
         }
         last = error;
-        ThreadLocalRandom random = ThreadLocalRandom.current();
-        Duration wait = Protocol.transportWait(
-            error,
-            Protocol.fullJitter(failures++, options.backoffInitial, options.backoffMax, random.nextDouble()),
-            random.nextDouble());
+        Duration wait = Protocol.retryDelay(
+            failures++, error.retryDelay().orElse(null), ThreadLocalRandom.current().nextDouble(),
+            options.backoffInitial, options.backoffMax);
         sleep(Protocol.notPast(wait, deadline - System.nanoTime()));
       }
     }

@@ -167,11 +167,9 @@ public final class Worker {
         if (!error.isTransient()) {
           throw error;
         }
-        ThreadLocalRandom random = ThreadLocalRandom.current();
-        Duration wait = Protocol.transportWait(
-            error,
-            Protocol.fullJitter(failures++, settings.backoffInitial, settings.backoffMax, random.nextDouble()),
-            random.nextDouble());
+        Duration wait = Protocol.retryDelay(
+            failures++, error.retryDelay().orElse(null), ThreadLocalRandom.current().nextDouble(),
+            settings.backoffInitial, settings.backoffMax);
         LOG.log(Level.WARNING, "{0}: ClaimDue failed ({1}); again in {2}", namespace(), error, Durations.seconds(wait));
         sleep(wait);
         continue;

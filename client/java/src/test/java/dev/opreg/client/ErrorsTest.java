@@ -184,9 +184,6 @@ class ErrorsTest {
         Any.pack(RetryInfo.newBuilder().setRetryDelay(com.google.protobuf.Duration.newBuilder().setNanos(200_000_000)).build())));
     assertInstanceOf(OperationBusyException.class, busy);
     assertEquals(Duration.ofMillis(200), busy.retryDelay().orElseThrow());
-    assertEquals(Duration.ofMillis(200), Protocol.transportWait(busy, Duration.ofMillis(10), 0.0));
-    assertEquals(Duration.ofMillis(220), Protocol.transportWait(busy, Duration.ofMillis(10), 1.0));
-    assertEquals(Duration.ofSeconds(1), Protocol.transportWait(busy, Duration.ofSeconds(1), 1.0));
 
     InvalidArgumentException invalid = (InvalidArgumentException) OpregErrors.fromThrowable(status(
         Status.Code.INVALID_ARGUMENT, "bad", "INVALID_ARGUMENT", Map.of(),

@@ -6,13 +6,9 @@ import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
-import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.google.protobuf.ByteString;
-import io.grpc.Status;
 import java.time.Duration;
-import java.util.List;
-import java.util.Map;
 import opreg.v1.Registry.ClaimOutcome;
 import opreg.v1.Registry.ClaimResponse;
 import opreg.v1.Registry.CompleteRequest;
@@ -25,7 +21,10 @@ import opreg.v1.Registry.Operation;
 import opreg.v1.Registry.OperationStatus;
 import org.junit.jupiter.api.Test;
 
-/** The decision tables of client/PROTOCOL.md, as pure functions (no server). */
+/**
+ * The pure functions of {@link Protocol} beyond its decisions, which DecisionsTest checks against
+ * client/testdata/decisions.json (no server).
+ */
 class ProtocolTest {
   static final Duration POLL = Duration.ofSeconds(1);
   static final long PLENTY = Duration.ofSeconds(100).toNanos();
@@ -42,59 +41,29 @@ class ProtocolTest {
     return response.build();
   }
 
-  static OpregException error(Status.Code code, String reason) {
-    return OpregErrors.fromThrowable(ErrorsTest.status(code, "m", reason, Map.of()));
-  }
-
   // -- Claim -----------------------------------------------------------------------------------
 
+  // What the Claim decisions carry beyond the decision (decided against client/testdata/decisions.json
+  // in DecisionsTest).
+
   @Test
-  void replayedReturnsTheStoredResultOrThrowsTheStoredFailure() {
+  void aReplayedResultKeepsItsRef() {
     Operation succeeded = operation(OperationStatus.OPERATION_STATUS_SUCCEEDED).toBuilder()
         .setResult(ByteString.copyFromUtf8("before")).setResultRef("ref").build();
-    Protocol.ClaimStep step = Protocol.afterClaim(claim(ClaimOutcome.CLAIM_OUTCOME_REPLAYED, succeeded, null), PLENTY, POLL, 0.5, null);
-    Result result = ((Protocol.Replayed) step).result();
-    assertEquals("before", result.text());
-    assertEquals("ref", result.resultRef());
-    assertTrue(result.replayed());
-
-    Operation failed = operation(OperationStatus.OPERATION_STATUS_FAILED).toBuilder()
-        .setFailure(Failure.newBuilder().setCode("before_failed").setMessage("no")).build();
-    BusinessFailureException failure = assertThrows(BusinessFailureException.class,
-        () -> Protocol.afterClaim(claim(ClaimOutcome.CLAIM_OUTCOME_REPLAYED, failed, null), PLENTY, POLL, 0.5, null));
-    assertEquals("before_failed", failure.failureCode());
-    assertTrue(failure.replayed());
+    Protocol.ClaimStep step = Protocol.decideClaimAnswer(claim(ClaimOutcome.CLAIM_OUTCOME_REPLAYED, succeeded, null), PLENTY, POLL, 0.5, null);
+    assertEquals("ref", ((Protocol.Replayed) step).result().resultRef());
   }
 
   @Test
-  void inProgressAndRetryLaterWaitThenClaimAgain() {
-    Operation running = operation(OperationStatus.OPERATION_STATUS_IN_PROGRESS);
-    // IN_PROGRESS polls at most every poll interval, plus jitter.
-    Duration wait = ((Protocol.Wait) Protocol.afterClaim(
-        claim(ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS, running, Duration.ofSeconds(30)), PLENTY, POLL, 1.0, null)).delay();
-    assertTrue(wait.compareTo(Duration.ofMillis(1005)) >= 0 && wait.compareTo(Duration.ofMillis(1206)) <= 0, wait.toString());
-    // RETRY_LATER waits retry_after.
-    wait = ((Protocol.Wait) Protocol.afterClaim(
-        claim(ClaimOutcome.CLAIM_OUTCOME_RETRY_LATER, running, Duration.ofSeconds(3)), PLENTY, POLL, 0.0, null)).delay();
-    assertEquals(Duration.ofMillis(3005), wait);
-    // ... unless the wait ends past the deadline: DeadlineExceeded at once.
-    DeadlineExceededException late = assertThrows(DeadlineExceededException.class, () -> Protocol.afterClaim(
-        claim(ClaimOutcome.CLAIM_OUTCOME_RETRY_LATER, running, Duration.ofSeconds(3)), Duration.ofSeconds(2).toNanos(), POLL, 0.0, null));
-    assertSame(ClaimOutcome.CLAIM_OUTCOME_RETRY_LATER, late.lastOutcome());
-  }
-
-  @Test
-  void deadHeldAndTheLeases() {
-    assertThrows(OperationDeadException.class, () -> Protocol.afterClaim(
-        claim(ClaimOutcome.CLAIM_OUTCOME_DEAD, operation(OperationStatus.OPERATION_STATUS_DEAD), null), PLENTY, POLL, 0, null));
-    OperationHeldException held = assertThrows(OperationHeldException.class, () -> Protocol.afterClaim(
+  void heldAndLateClaimsSayWhy() {
+    OperationHeldException held = assertThrows(OperationHeldException.class, () -> Protocol.decideClaimAnswer(
         claim(ClaimOutcome.CLAIM_OUTCOME_HELD, operation(OperationStatus.OPERATION_STATUS_IN_PROGRESS), Duration.ofSeconds(5)),
         PLENTY, POLL, 0, null));
     assertEquals(Duration.ofSeconds(5), held.retryAfter());
-    assertFalse(((Protocol.Execute) Protocol.afterClaim(
-        claim(ClaimOutcome.CLAIM_OUTCOME_ACQUIRED, operation(OperationStatus.OPERATION_STATUS_IN_PROGRESS), null), PLENTY, POLL, 0, null)).reconciling());
-    assertTrue(((Protocol.Execute) Protocol.afterClaim(
-        claim(ClaimOutcome.CLAIM_OUTCOME_RECONCILE, operation(OperationStatus.OPERATION_STATUS_UNKNOWN), null), PLENTY, POLL, 0, null)).reconciling());
+    Operation running = operation(OperationStatus.OPERATION_STATUS_IN_PROGRESS);
+    DeadlineExceededException late = assertThrows(DeadlineExceededException.class, () -> Protocol.decideClaimAnswer(
+        claim(ClaimOutcome.CLAIM_OUTCOME_RETRY_LATER, running, Duration.ofSeconds(3)), Duration.ofSeconds(2).toNanos(), POLL, 0.0, null));
+    assertSame(ClaimOutcome.CLAIM_OUTCOME_RETRY_LATER, late.lastOutcome());
   }
 
   // -- reports ---------------------------------------------------------------------------------
@@ -134,18 +103,8 @@ class ProtocolTest {
   // -- Complete --------------------------------------------------------------------------------
 
   @Test
-  void completeErrorsAreLeaseLostDefinitiveOrInDoubt() {
-    assertSame(Protocol.CompleteError.LEASE_LOST, Protocol.afterCompleteError(error(Status.Code.ABORTED, "STALE_FENCING_TOKEN")));
-    assertSame(Protocol.CompleteError.LEASE_LOST, Protocol.afterCompleteError(error(Status.Code.FAILED_PRECONDITION, "LEASE_NOT_HELD")));
-    for (String reason : List.of("ALREADY_COMPLETED", "NOTHING_TO_COMPENSATE", "ALREADY_COMPENSATED", "ORIGINAL_OUTCOME_UNKNOWN")) {
-      assertSame(Protocol.CompleteError.DEFINITIVE, Protocol.afterCompleteError(error(Status.Code.FAILED_PRECONDITION, reason)), reason);
-    }
-    assertSame(Protocol.CompleteError.DEFINITIVE, Protocol.afterCompleteError(error(Status.Code.INVALID_ARGUMENT, "INVALID_ARGUMENT")));
-    assertSame(Protocol.CompleteError.DEFINITIVE, Protocol.afterCompleteError(error(Status.Code.NOT_FOUND, "OPERATION_NOT_FOUND")));
-    assertSame(Protocol.CompleteError.DEFINITIVE, Protocol.afterCompleteError(error(Status.Code.ALREADY_EXISTS, "PARAMETER_CONFLICT")));
-    assertSame(Protocol.CompleteError.IN_DOUBT, Protocol.afterCompleteError(error(Status.Code.INTERNAL, "INTERNAL")));
-    assertSame(Protocol.CompleteError.IN_DOUBT, Protocol.afterCompleteError(error(Status.Code.PERMISSION_DENIED, "PERMISSION_DENIED")));
-    assertSame(Protocol.CompleteError.IN_DOUBT, Protocol.afterCompleteError(new DeadlineExceededException("time", null, null, null)));
+  void completesTimeRunningOutIsInDoubt() {
+    assertSame(Protocol.CompleteError.IN_DOUBT, Protocol.decideCompleteError(new DeadlineExceededException("time", null, null, null)));
   }
 
   static LookupResponse lookup(long token, ExecutionOutcome outcome) {
@@ -157,19 +116,10 @@ class ProtocolTest {
   }
 
   @Test
-  void aDoubtfulCompleteAcceptsExactlyOurReport() {
-    CompleteRequest success = Protocol.successReport("done".getBytes(), "");
-    CompleteRequest failure = Protocol.errorReport(new BusinessException("c"));
-    assertSame(Protocol.LookupVerdict.RECORDED, Protocol.afterLookup(lookup(7, ExecutionOutcome.EXECUTION_OUTCOME_SUCCEEDED), 7, success));
-    assertSame(Protocol.LookupVerdict.RECORDED, Protocol.afterLookup(lookup(7, ExecutionOutcome.EXECUTION_OUTCOME_FAILED), 7, failure));
-    assertSame(Protocol.LookupVerdict.NOT_RECORDED, Protocol.afterLookup(lookup(7, ExecutionOutcome.EXECUTION_OUTCOME_FAILED), 7, success));
-    assertSame(Protocol.LookupVerdict.NOT_RECORDED, Protocol.afterLookup(lookup(7, ExecutionOutcome.EXECUTION_OUTCOME_RUNNING), 7, success));
-    assertSame(Protocol.LookupVerdict.SUPERSEDED, Protocol.afterLookup(lookup(7, ExecutionOutcome.EXECUTION_OUTCOME_REVOKED), 7, success));
-    assertSame(Protocol.LookupVerdict.SUPERSEDED, Protocol.afterLookup(lookup(7, ExecutionOutcome.EXECUTION_OUTCOME_SUPERSEDED), 7, success));
-    assertSame(Protocol.LookupVerdict.NOT_RECORDED, Protocol.afterLookup(lookup(7, ExecutionOutcome.EXECUTION_OUTCOME_SUCCEEDED), 9, success));
-    assertSame(Protocol.LookupVerdict.NOT_RECORDED, Protocol.afterLookup(null, 7, success));
+  void whatTheLookupShowed() {
     assertEquals("Lookup failed", Protocol.lookupShowed(null, 7));
     assertEquals("no execution", Protocol.lookupShowed(lookup(7, ExecutionOutcome.EXECUTION_OUTCOME_RUNNING), 9));
+    assertEquals("EXECUTION_OUTCOME_RUNNING", Protocol.lookupShowed(lookup(7, ExecutionOutcome.EXECUTION_OUTCOME_RUNNING), 7));
   }
 
   @Test
@@ -207,7 +157,7 @@ class ProtocolTest {
         () -> Protocol.afterComplete(unknown, Protocol.errorReport(unconfirmed), unconfirmed, false, true, 1));
   }
 
-  // -- the lease and backoff ---------------------------------------------------------------------
+  // -- the lease and retries -----------------------------------------------------------------------
 
   @Test
   void theLeaseIsTrustedFromTheSendLessATenth() {
@@ -223,33 +173,7 @@ class ProtocolTest {
   }
 
   @Test
-  void anyNonTransientRenewErrorLosesTheLease() {
-    Duration ttl = Duration.ofSeconds(30);
-    long expiry = Protocol.localExpiry(0, ttl);
-    for (OpregException refusal : List.of(
-        error(Status.Code.ABORTED, "STALE_FENCING_TOKEN"),
-        error(Status.Code.FAILED_PRECONDITION, "LEASE_NOT_HELD"),
-        error(Status.Code.NOT_FOUND, "OPERATION_NOT_FOUND"),
-        error(Status.Code.PERMISSION_DENIED, "PERMISSION_DENIED"),
-        error(Status.Code.INTERNAL, "INTERNAL"))) {
-      assertInstanceOf(Protocol.Lost.class, Protocol.afterRenewFailure(refusal, 0, expiry, ttl, Duration.ofMillis(100)), refusal.reason());
-    }
-    OpregException unavailable = error(Status.Code.UNAVAILABLE, null);
-    Protocol.RenewStep again = Protocol.afterRenewFailure(unavailable, 0, expiry, ttl, Duration.ofMillis(100));
-    assertEquals(Duration.ofMillis(100), ((Protocol.RenewAgain) again).delay());
-    // Retried never past the trusted time; then lost.
-    long late = Duration.ofSeconds(26).toNanos();
-    assertEquals(Duration.ofSeconds(1), ((Protocol.RenewAgain) Protocol.afterRenewFailure(unavailable, late, expiry, ttl, Duration.ofSeconds(5))).delay());
-    assertInstanceOf(Protocol.Lost.class, Protocol.afterRenewFailure(unavailable, Duration.ofSeconds(27).toNanos(), expiry, ttl, Duration.ofMillis(1)));
-  }
-
-  @Test
-  void backoffIsFullJitterCapped() {
-    Duration initial = Duration.ofMillis(100);
-    Duration max = Duration.ofSeconds(5);
-    assertEquals(Duration.ZERO, Protocol.fullJitter(3, initial, max, 0.0));
-    assertEquals(Duration.ofMillis(200), Protocol.fullJitter(2, initial, max, 0.5));
-    assertEquals(Duration.ofMillis(2500), Protocol.fullJitter(60, initial, max, 0.5));
+  void aTrysTimeoutNeverPassesTheDeadline() {
     assertNull(Protocol.tryTimeout(Duration.ofSeconds(10), 0));
     assertEquals(Duration.ofMillis(5), Protocol.tryTimeout(Duration.ofSeconds(10), 5_000_000));
     assertEquals(Duration.ofSeconds(10), Protocol.tryTimeout(Duration.ofSeconds(10), PLENTY));
