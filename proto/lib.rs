@@ -1,5 +1,9 @@
 //! The opreg contract: messages and gRPC stubs generated from `proto/` by `build.rs`.
 
+// A public crate: everything it exports is documented, and nothing is
+// `pub` that callers cannot reach.
+#![warn(missing_docs, unreachable_pub)]
+
 /// Package `opreg.v1`.
 pub mod v1 {
     #![allow(clippy::all, clippy::pedantic, missing_docs)]

@@ -23,6 +23,7 @@ pub const CALLER_DIGEST_LEN: std::ops::RangeInclusive<usize> = 16..=64;
 /// How an operation's parameters are identified.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fingerprint {
+    /// The SHA-256 of the canonical form (or the caller's digest).
     pub digest: Vec<u8>,
     /// The canonical text, when the parameters themselves were given.
     pub canonical: Option<String>,
@@ -41,6 +42,7 @@ impl Fingerprint {
         Ok(Self::from_canonical(canonical))
     }
 
+    /// The fingerprint of parameters already in canonical form.
     pub fn from_canonical(canonical: String) -> Self {
         Self {
             digest: Sha256::digest(canonical.as_bytes()).to_vec(),
@@ -48,6 +50,7 @@ impl Fingerprint {
         }
     }
 
+    /// A digest the caller computed; the parameters stay unknown here.
     pub fn from_caller_digest(digest: Vec<u8>) -> Self {
         Self {
             digest,
@@ -90,11 +93,14 @@ fn json_to_value(json: serde_json::Value) -> prost_types::Value {
 /// object is depth 1). Servers bound both before canonicalising.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Shape {
+    /// Object members and array items, at every depth.
     pub values: usize,
+    /// The deepest nesting of objects and arrays.
     pub depth: usize,
 }
 
 impl Shape {
+    /// The shape of `object`.
     pub fn of(object: &prost_types::Struct) -> Self {
         let mut shape = Self::default();
         shape.visit_struct(object, 1);
@@ -131,15 +137,22 @@ pub struct NonFiniteNumber;
 /// The JSON data model the canonical form is defined over.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Json {
+    /// `null`: dropped as an object member, kept in an array.
     Null,
+    /// `true` or `false`.
     Bool(bool),
+    /// A finite number (JSON has no others).
     Number(f64),
+    /// A string.
     String(String),
+    /// An array, in order.
     Array(Vec<Json>),
+    /// An object; its members sort by key in the canonical form.
     Object(BTreeMap<String, Json>),
 }
 
 impl Json {
+    /// The JSON value of a protobuf Struct.
     pub fn from_struct(object: &prost_types::Struct) -> Self {
         Self::Object(
             object
@@ -163,6 +176,7 @@ impl Json {
         }
     }
 
+    /// The JSON value of a serde_json value.
     pub fn from_serde(value: &serde_json::Value) -> Self {
         match value {
             serde_json::Value::Null => Self::Null,

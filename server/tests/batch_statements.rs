@@ -83,7 +83,7 @@ async fn a_batch_takes_one_statement_per_chunk_and_answers_repeats_in_sequence()
     assert_eq!(
         app.count("SELECT count(DISTINCT fencing_token) FROM operations")
             .await,
-        KEYS as i64
+        i64::try_from(KEYS).unwrap()
     );
 
     // Every lease reported, then the first report again.
@@ -117,12 +117,12 @@ async fn a_batch_takes_one_statement_per_chunk_and_answers_repeats_in_sequence()
     assert_eq!(
         app.count("SELECT count(*) FROM operations WHERE status = 'succeeded'")
             .await,
-        KEYS as i64
+        i64::try_from(KEYS).unwrap()
     );
     assert_eq!(
         app.count("SELECT count(*) FROM executions WHERE outcome = 'succeeded'")
             .await,
-        KEYS as i64,
+        i64::try_from(KEYS).unwrap(),
         "one report recorded per lease"
     );
 }

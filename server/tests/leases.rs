@@ -106,8 +106,8 @@ async fn after_a_takeover_the_old_token_is_refused_everywhere() {
     assert_eq!(
         history,
         [
-            (old as i64, "first".into(), "superseded".into()),
-            (new as i64, "takeover".into(), "succeeded".into())
+            (i64::try_from(old).unwrap(), "first".into(), "superseded".into()),
+            (i64::try_from(new).unwrap(), "takeover".into(), "succeeded".into())
         ]
     );
     // The takeover moved the first execution to the history; the current one
@@ -117,7 +117,7 @@ async fn after_a_takeover_the_old_token_is_refused_everywhere() {
             .fetch_all(&app.db)
             .await
             .unwrap();
-    assert_eq!(replaced, [(old as i64, "superseded".into())]);
+    assert_eq!(replaced, [(i64::try_from(old).unwrap(), "superseded".into())]);
 }
 
 #[tokio::test]

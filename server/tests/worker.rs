@@ -51,7 +51,7 @@ async fn until_settled(app: &TestApp, expected: usize) {
         let settled = app
             .count("SELECT count(*) FROM operations WHERE status IN ('succeeded', 'failed')")
             .await;
-        if settled as usize >= expected {
+        if usize::try_from(settled).unwrap() >= expected {
             return;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;

@@ -176,7 +176,7 @@ async fn open(
             .acquire_owned()
             .await
             .expect("never closed");
-        let mut stub = stub(&clients[call as usize % clients.len()]);
+        let mut stub = stub(&clients[round_robin(call, clients.len())]);
         let (tally, target) = (Arc::clone(&tally), Arc::clone(&target));
         sending.spawn(async move {
             let answers = target.call(&mut stub, call).await;
@@ -191,4 +191,10 @@ async fn open(
         .expect("every call has finished")
         .into_inner()
         .unwrap()
+}
+
+/// The client of the `call`-th call, taking `clients` in turn.
+pub(crate) fn round_robin(call: u64, clients: usize) -> usize {
+    let turn = call % u64::try_from(clients).expect("a client count fits in u64");
+    usize::try_from(turn).expect("below the client count")
 }

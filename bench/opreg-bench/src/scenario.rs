@@ -145,7 +145,7 @@ impl Target {
         use futures::stream::{self, StreamExt, TryStreamExt};
         stream::iter(0..count)
             .map(|index| {
-                let stub = stub(&clients[index as usize % clients.len()]);
+                let stub = stub(&clients[crate::drive::round_robin(index, clients.len())]);
                 self.complete_new(stub, format!("{prefix}-{index}"), outcome.clone())
             })
             .buffer_unordered(concurrency)

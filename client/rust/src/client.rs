@@ -139,6 +139,7 @@ impl Client {
         Self::connect_lazy_with(endpoint, &ConnectOptions::default())
     }
 
+    /// [`Client::connect_lazy`] with TLS and credentials.
     pub fn connect_lazy_with(
         endpoint: impl Into<String>,
         options: &ConnectOptions,
@@ -171,10 +172,12 @@ impl Client {
         self.inner
     }
 
+    /// Registers the operation or answers what it already is (Claim).
     pub async fn claim(&self, request: pb::ClaimRequest) -> Result<pb::ClaimResponse, Error> {
         Ok(self.inner.clone().claim(request).await?.into_inner())
     }
 
+    /// Records the outcome of the execution holding the token (Complete).
     pub async fn complete(
         &self,
         request: pb::CompleteRequest,
@@ -222,14 +225,17 @@ impl Client {
         }))
     }
 
+    /// The operation and, when asked, its executions (Lookup).
     pub async fn lookup(&self, request: pb::LookupRequest) -> Result<pb::LookupResponse, Error> {
         Ok(self.inner.clone().lookup(request).await?.into_inner())
     }
 
+    /// Extends the lease of the current holder (Renew).
     pub async fn renew(&self, request: pb::RenewRequest) -> Result<pb::RenewResponse, Error> {
         Ok(self.inner.clone().renew(request).await?.into_inner())
     }
 
+    /// Writes a resource if the token is not superseded there (FencedWrite).
     pub async fn fenced_write(
         &self,
         request: pb::FencedWriteRequest,
@@ -237,6 +243,7 @@ impl Client {
         Ok(self.inner.clone().fenced_write(request).await?.into_inner())
     }
 
+    /// A fenced resource's value and fence (GetResource).
     pub async fn get_resource(
         &self,
         request: pb::GetResourceRequest,
@@ -244,6 +251,7 @@ impl Client {
         Ok(self.inner.clone().get_resource(request).await?.into_inner())
     }
 
+    /// Leases the due retries and unknown outcomes of a namespace (ClaimDue).
     pub async fn claim_due(
         &self,
         request: pb::ClaimDueRequest,
@@ -267,6 +275,7 @@ pub struct AdminClient {
 }
 
 impl AdminClient {
+    /// A page of the operator's queue (ListOperations).
     pub async fn list_operations(
         &self,
         request: pb::ListOperationsRequest,
@@ -279,6 +288,7 @@ impl AdminClient {
             .into_inner())
     }
 
+    /// Settles an operation by an operator's finding (ResolveOperation).
     pub async fn resolve(
         &self,
         request: pb::ResolveOperationRequest,
@@ -291,6 +301,7 @@ impl AdminClient {
             .into_inner())
     }
 
+    /// Gives an operation a new retry budget (RequeueOperation).
     pub async fn requeue(
         &self,
         request: pb::RequeueOperationRequest,
@@ -303,6 +314,7 @@ impl AdminClient {
             .into_inner())
     }
 
+    /// Freezes an operation while it is investigated (HoldOperation).
     pub async fn hold(
         &self,
         request: pb::HoldOperationRequest,
@@ -315,6 +327,7 @@ impl AdminClient {
             .into_inner())
     }
 
+    /// Lifts an operator's hold (ReleaseOperation).
     pub async fn release(
         &self,
         request: pb::ReleaseOperationRequest,

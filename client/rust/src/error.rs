@@ -6,36 +6,62 @@ use tonic_types::StatusExt;
 use crate::client::error_info;
 use crate::proto::{ErrorMetadataKey as Key, ErrorReason as Reason};
 
+/// What a call to opreg can fail with: one variant per error reason of the
+/// contract (`proto/opreg/v1/errors.proto`), with its metadata.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The key is registered with different parameters; fix the request or use a new key.
     #[error("parameter conflict (differing fields: {differing_fields:?})")]
     ParameterConflict {
+        /// The top-level parameter fields whose values differ.
         differing_fields: Vec<String>,
+        /// The digest registered with the key (hex).
         stored_digest: String,
+        /// The digest of this request's parameters (hex).
         request_digest: String,
     },
     /// Another execution took over; stop writing.
     #[error(
         "fencing token {presented} is no longer current (current token {current}); stop writing"
     )]
-    StaleFencingToken { presented: u64, current: u64 },
+    StaleFencingToken {
+        /// The token the request carried.
+        presented: u64,
+        /// The operation's (or resource's) current token.
+        current: u64,
+    },
+    /// This token already reported a different outcome.
     #[error("this token already completed with a different outcome")]
     AlreadyCompleted,
+    /// No lease of this owner and token is live.
     #[error("the lease is held by another owner")]
     LeaseNotHeld,
     /// `ORIGINAL_OUTCOME_UNKNOWN`, `NOTHING_TO_COMPENSATE` or `ALREADY_COMPENSATED`.
     #[error("compensation refused: {reason}")]
-    Compensation { reason: String },
+    Compensation {
+        /// The error reason, as the contract names it.
+        reason: String,
+    },
     /// An operator action the operation's status does not allow.
     #[error("invalid transition: the operation is {current_status} (held: {held})")]
-    InvalidTransition { current_status: String, held: bool },
+    InvalidTransition {
+        /// The operation's status (`OPERATION_STATUS_…`).
+        current_status: String,
+        /// Whether an operator holds it.
+        held: bool,
+    },
     /// `OPERATION_NOT_FOUND` or `RESOURCE_NOT_FOUND`.
     #[error("not found: {reason}")]
-    NotFound { reason: String },
+    NotFound {
+        /// The error reason, as the contract names it.
+        reason: String,
+    },
     /// The fields and why each was refused.
     #[error("invalid argument: {violations:?}")]
-    InvalidArgument { violations: Vec<(String, String)> },
+    InvalidArgument {
+        /// Each refused field, with why.
+        violations: Vec<(String, String)>,
+    },
     /// The server or its database cannot answer now; retry with backoff.
     #[error("unavailable: {message}")]
     ///
@@ -44,32 +70,46 @@ pub enum Error {
     /// operation's row is locked elsewhere). `retry_after` is the server's
     /// `RetryInfo`, when it gave one: wait at least that long.
     Unavailable {
+        /// The status message.
         message: String,
+        /// The server's `RetryInfo` delay.
         retry_after: Option<std::time::Duration>,
     },
     /// The server's policy knows no such credentials: give an API key or a
     /// client certificate it names. Not retryable.
     #[error("unauthenticated: {message}")]
-    Unauthenticated { message: String },
+    Unauthenticated {
+        /// The status message.
+        message: String,
+    },
     /// The principal lacks `role` in `namespace`. Not retryable.
     #[error(
         "permission denied: principal {principal:?} lacks the {role} role in namespace {namespace:?}"
     )]
     PermissionDenied {
+        /// The principal the credentials name.
         principal: String,
+        /// The namespace the request acts in.
         namespace: String,
+        /// The role the RPC needs.
         role: String,
     },
     /// The namespace is past its calls per second on this server; transient:
     /// retry after `retry_after` (the server's `RetryInfo`).
     #[error("rate limited: at most {calls_per_second} calls per second in this namespace")]
     RateLimited {
+        /// The namespace's limit on this server.
         calls_per_second: u32,
+        /// The server's `RetryInfo` delay: when a token is free again.
         retry_after: Option<std::time::Duration>,
     },
     /// The request message is larger than the method accepts; not retryable.
     #[error("the request is larger than the {limit} bytes the server accepts for it")]
-    MessageTooLarge { limit: usize },
+    MessageTooLarge {
+        /// The largest request the method accepts, in bytes.
+        limit: usize,
+    },
+    /// Any other status: an error of no contract reason, or a transport error.
     #[error("{0}")]
     Other(tonic::Status),
 }

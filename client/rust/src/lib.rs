@@ -10,6 +10,10 @@
 //! - [`AdminClient`]: the operator's queue and actions.
 //! - [`parameters`] and [`parameters_digest`]: the contract's parameter rule.
 
+// A public crate: everything it exports is documented, and nothing is
+// `pub` that callers cannot reach.
+#![warn(missing_docs, unreachable_pub)]
+
 mod client;
 mod decide;
 mod error;

@@ -11,11 +11,14 @@ use pb::complete_request::Outcome;
 /// What successful work returns.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Success {
+    /// The result, as recorded and replayed (at most the server's result limit).
     pub result: Vec<u8>,
+    /// Where a larger result lives, when it is kept elsewhere.
     pub result_ref: String,
 }
 
 impl Success {
+    /// A success with this result and no reference.
     pub fn new(result: impl Into<Vec<u8>>) -> Self {
         Self {
             result: result.into(),
@@ -23,6 +26,7 @@ impl Success {
         }
     }
 
+    /// The same success, with a reference to where the result lives.
     pub fn with_ref(mut self, result_ref: impl Into<String>) -> Self {
         self.result_ref = result_ref.into();
         self
@@ -42,21 +46,36 @@ impl From<Success> for Outcome {
 #[derive(Debug)]
 pub enum WorkError {
     /// A terminal business failure (e.g. insufficient balance): recorded and replayed.
-    Business { code: String, message: String },
+    Business {
+        /// The failure's code, for callers to branch on.
+        code: String,
+        /// What happened, for people.
+        message: String,
+    },
     /// Worth another attempt, optionally not before `retry_after`.
     Transient {
+        /// What happened, for operators.
         message: String,
+        /// The earliest the next attempt should start.
         retry_after: Option<Duration>,
     },
     /// Worth another attempt, classified for operators (`last_error_class`).
     Retryable {
+        /// The kind of failure, as operators see it.
         error_class: String,
+        /// What happened, for operators.
         message: String,
+        /// The earliest the next attempt should start.
         retry_after: Option<Duration>,
     },
     /// The request left but its answer did not come back: it may have taken
     /// effect. Recorded as unknown, to be reconciled before anything else.
-    SentButUnconfirmed { remote_ref: String, message: String },
+    SentButUnconfirmed {
+        /// What the remote system knows the request by, for the reconcile.
+        remote_ref: String,
+        /// What happened, for operators.
+        message: String,
+    },
     /// Anything else: recorded as retryable, then returned as [`RunError::Work`].
     Other(Box<dyn std::error::Error + Send + Sync>),
 }
@@ -67,7 +86,12 @@ pub enum Verdict {
     /// It took effect, with this result.
     Succeeded(Success),
     /// It was refused for a business reason.
-    Failed { code: String, message: String },
+    Failed {
+        /// The failure's code.
+        code: String,
+        /// What happened, for people.
+        message: String,
+    },
     /// It never took effect: execute now.
     NotApplied,
 }
@@ -75,44 +99,74 @@ pub enum Verdict {
 /// A recorded success.
 #[derive(Clone, Debug)]
 pub struct Completed {
+    /// The recorded result.
     pub result: Vec<u8>,
+    /// The recorded result reference.
     pub result_ref: String,
     /// Recorded by an earlier execution, not by this call.
     pub replayed: bool,
+    /// The operation as recorded.
     pub operation: pb::Operation,
 }
 
+/// How a run ends without a recorded success (PROTOCOL.md, "Errors and their
+/// conformance kinds").
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The operation's answer is a recorded business failure.
     #[error("business failure {code}: {message}")]
     Business {
+        /// The failure's code.
         code: String,
+        /// What happened, for people.
         message: String,
+        /// Recorded by an earlier execution, not by this call.
         replayed: bool,
     },
+    /// The retry budget is spent: an operator must act.
     #[error("the operation is dead: its retry budget is exhausted; manual action is needed")]
     Dead,
     /// An operator froze the operation while it is investigated: wait, or ask them.
     #[error(
         "the operation is held by an operator; claim again after {retry_after:?} or ask the operator"
     )]
-    Held { retry_after: Duration },
+    Held {
+        /// When the server suggests claiming again.
+        retry_after: Duration,
+    },
+    /// Another execution holds the operation (or an operator revoked the
+    /// lease): the work was stopped and nothing was reported.
     #[error("the lease was lost to another execution; the work was stopped")]
     LeaseLost,
+    /// The work's request may have taken effect, and no reconcile was given.
     #[error("the outcome is unknown (remote reference {remote_ref:?}); it must be reconciled")]
-    OutcomeUnknown { remote_ref: String },
+    OutcomeUnknown {
+        /// What the remote system knows the request by.
+        remote_ref: String,
+    },
+    /// The last attempt's outcome is unknown and there is no reconcile to ask:
+    /// the lease was handed back.
     #[error(
         "the last outcome is unknown (remote reference {remote_ref:?}) and no reconcile was given"
     )]
-    ReconcileRequired { remote_ref: String },
+    ReconcileRequired {
+        /// What the remote system knows the last attempt by.
+        remote_ref: String,
+    },
+    /// Claiming, waiting and retrying ran past the overall deadline.
     #[error("the overall deadline passed")]
     DeadlineExceeded,
     /// The work finished but its report could not be recorded, nor found
     /// recorded: the lease will lapse and the operation may run again.
     #[error("the work finished but its outcome could not be recorded ({reason})")]
-    Unrecorded { reason: String },
+    Unrecorded {
+        /// Why Complete did not settle it.
+        reason: String,
+    },
+    /// The work failed unexpectedly; the failure was recorded as retryable.
     #[error("the work failed: {0}")]
     Work(Box<dyn std::error::Error + Send + Sync>),
+    /// A call was refused: the request is wrong (conflict, invalid, denied).
     #[error(transparent)]
     Rpc(#[from] Error),
 }

@@ -47,6 +47,7 @@ pub struct LeaseHandle {
 }
 
 impl LeaseHandle {
+    /// The lease as the server granted it.
     pub fn lease(&self) -> &pb::Lease {
         &self.lease
     }
@@ -100,6 +101,8 @@ enum Next {
 }
 
 impl RunOnce {
+    /// The helper for the operation `operation_key` in `namespace`, identified
+    /// by `parameters` (sent as a Struct; see [`RunOnce::parameters_digest`]).
     pub fn new(
         client: &Client,
         namespace: &str,
@@ -170,6 +173,7 @@ impl RunOnce {
         self
     }
 
+    /// The lease length asked for (default 30 s).
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.request.lease_ttl = Some(proto_duration(ttl));
         self
@@ -194,11 +198,13 @@ impl RunOnce {
         self
     }
 
+    /// The retry budget registered with a new operation (default: the server's).
     pub fn retry_policy(mut self, policy: pb::RetryPolicy) -> Self {
         self.request.retry_policy = Some(policy);
         self
     }
 
+    /// Registers this operation as the compensation of `original_key`.
     pub fn compensates(mut self, original_key: impl Into<String>) -> Self {
         self.request.compensates = original_key.into();
         self
@@ -216,6 +222,8 @@ impl RunOnce {
         self
     }
 
+    /// Claims, runs `work` under the lease at most once across callers, and
+    /// records its result (PROTOCOL.md).
     pub async fn run<W, Fut>(mut self, mut work: W) -> Result<Completed, RunError>
     where
         W: FnMut(LeaseHandle) -> Fut,

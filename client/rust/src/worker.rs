@@ -36,7 +36,7 @@ type Handler =
 type Reconcile = Arc<dyn Fn(pb::Operation, pb::Lease, String) -> BoxFuture<Verdict> + Send + Sync>;
 
 /// The error class recorded for an operation no handler takes.
-pub const NO_HANDLER: &str = "NO_HANDLER";
+pub(crate) const NO_HANDLER: &str = "NO_HANDLER";
 
 /// The kind of an operation: its key up to the first `:`, or the whole key.
 pub fn operation_kind(operation_key: &str) -> &str {
@@ -94,6 +94,7 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// A worker pulling from `namespace`; add handlers, then [`Worker::run`].
     pub fn new(client: &Client, namespace: impl Into<String>) -> Self {
         Self {
             client: client.clone(),
@@ -148,26 +149,31 @@ impl Worker {
         self
     }
 
+    /// Names this worker in leases (default: host, pid and a random suffix).
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = owner.into();
         self
     }
 
+    /// The scheduler's run id, recorded in the history.
     pub fn execution_id(mut self, execution_id: impl Into<String>) -> Self {
         self.execution_id = execution_id.into();
         self
     }
 
+    /// Most operations run at once.
     pub fn max_in_flight(mut self, operations: usize) -> Self {
         self.max_in_flight = operations.max(1);
         self
     }
 
+    /// The wait after ClaimDue handed out nothing (with jitter).
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
         self
     }
 
+    /// The lease length asked for each handed operation.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;
         self

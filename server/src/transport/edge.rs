@@ -372,7 +372,7 @@ fn percent_decoded(bytes: &[u8]) -> String {
             && i + 2 < bytes.len()
             && let (Some(high), Some(low)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
         {
-            out.push((high * 16 + low) as u8);
+            out.push(u8::try_from(high * 16 + low).expect("two hex digits fit in a byte"));
             i += 3;
             continue;
         }

@@ -46,17 +46,16 @@ impl RateLimits {
         }
     }
 
-    fn rate(&self, namespace: &str) -> Option<f64> {
-        (*self.rates.get(namespace))
-            .filter(|&rate| rate > 0)
-            .map(f64::from)
+    fn per_second(&self, namespace: &str) -> Option<u32> {
+        (*self.rates.get(namespace)).filter(|&rate| rate > 0)
     }
 
     /// Takes one call from `namespace`'s bucket, or says how long to wait.
     pub fn admit(&self, namespace: &str) -> Result<(), RegistryError> {
-        let Some(rate) = self.rate(namespace) else {
+        let Some(per_second) = self.per_second(namespace) else {
             return Ok(());
         };
+        let rate = f64::from(per_second);
         let now = Instant::now();
         let mut buckets = self
             .buckets
@@ -64,7 +63,7 @@ impl RateLimits {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if buckets.len() >= MAX_BUCKETS && !buckets.contains_key(namespace) {
             buckets.retain(|namespace, bucket| {
-                let rate = self.rate(namespace).unwrap_or(0.0);
+                let rate = self.per_second(namespace).map_or(0.0, f64::from);
                 bucket.refill(rate, now);
                 bucket.tokens < rate
             });
@@ -80,7 +79,7 @@ impl RateLimits {
         }
         metrics::rate_limited(namespace);
         Err(RegistryError::RateLimited {
-            calls_per_second: rate as u32,
+            calls_per_second: per_second,
             retry_after: Duration::from_secs_f64((1.0 - bucket.tokens) / rate),
         })
     }

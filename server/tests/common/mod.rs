@@ -387,8 +387,8 @@ pub fn retryable(retry_after: Option<Duration>) -> pb::complete_request::Outcome
         error_class: "downstream_timeout".into(),
         message: "connect timed out".into(),
         retry_after: retry_after.map(|d| prost_types::Duration {
-            seconds: d.as_secs() as i64,
-            nanos: d.subsec_nanos() as i32,
+            seconds: d.as_secs().try_into().unwrap(),
+            nanos: d.subsec_nanos().try_into().unwrap(),
         }),
     })
 }

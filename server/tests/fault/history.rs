@@ -146,7 +146,10 @@ fn monotonic() -> Duration {
     // SAFETY: clock_gettime writes the timespec it is given and nothing else.
     let status = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
     assert_eq!(status, 0, "CLOCK_MONOTONIC is readable");
-    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+    Duration::new(
+        now.tv_sec.try_into().expect("a monotonic clock is not negative"),
+        now.tv_nsec.try_into().expect("nanoseconds below a second"),
+    )
 }
 
 /// Shared by every client of one run.

@@ -219,7 +219,7 @@ pub async fn final_state(options: PgConnectOptions) -> Final {
         end.executions
             .entry(key)
             .or_default()
-            .push((token as u64, kind, outcome));
+            .push((token.try_into().unwrap(), kind, outcome));
     }
     let resources: Vec<(String, i64, Vec<u8>)> =
         sqlx::query_as("SELECT resource, fence, value FROM resources WHERE namespace = $1")
@@ -228,7 +228,7 @@ pub async fn final_state(options: PgConnectOptions) -> Final {
             .await
             .unwrap();
     for (resource, fence, value) in resources {
-        end.resources.insert(resource, (fence as u64, value));
+        end.resources.insert(resource, (fence.try_into().unwrap(), value));
     }
     type CompensationRow = (String, String, String, bool, i64);
     let compensations: Vec<CompensationRow> = sqlx::query_as(

@@ -141,7 +141,7 @@ impl Caller {
             owner: format!("client-{}", self.id),
             fingerprint: parameters(key, conflicting),
             lease_ttl: Some(prost_types::Duration {
-                seconds: LEASE.as_secs() as i64,
+                seconds: LEASE.as_secs().try_into().unwrap(),
                 nanos: 0,
             }),
             retry_policy: Some(pb::RetryPolicy {
@@ -329,7 +329,7 @@ impl Caller {
             owner: format!("worker-{}", self.id),
             limit: 5,
             lease_ttl: Some(prost_types::Duration {
-                seconds: LEASE.as_secs() as i64,
+                seconds: LEASE.as_secs().try_into().unwrap(),
                 nanos: 0,
             }),
             ..Default::default()
