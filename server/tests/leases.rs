@@ -106,8 +106,16 @@ async fn after_a_takeover_the_old_token_is_refused_everywhere() {
     assert_eq!(
         history,
         [
-            (i64::try_from(old).unwrap(), "first".into(), "superseded".into()),
-            (i64::try_from(new).unwrap(), "takeover".into(), "succeeded".into())
+            (
+                i64::try_from(old).unwrap(),
+                "first".into(),
+                "superseded".into()
+            ),
+            (
+                i64::try_from(new).unwrap(),
+                "takeover".into(),
+                "succeeded".into()
+            )
         ]
     );
     // The takeover moved the first execution to the history; the current one
@@ -117,7 +125,10 @@ async fn after_a_takeover_the_old_token_is_refused_everywhere() {
             .fetch_all(&app.db)
             .await
             .unwrap();
-    assert_eq!(replaced, [(i64::try_from(old).unwrap(), "superseded".into())]);
+    assert_eq!(
+        replaced,
+        [(i64::try_from(old).unwrap(), "superseded".into())]
+    );
 }
 
 #[tokio::test]

@@ -147,7 +147,9 @@ fn monotonic() -> Duration {
     let status = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
     assert_eq!(status, 0, "CLOCK_MONOTONIC is readable");
     Duration::new(
-        now.tv_sec.try_into().expect("a monotonic clock is not negative"),
+        now.tv_sec
+            .try_into()
+            .expect("a monotonic clock is not negative"),
         now.tv_nsec.try_into().expect("nanoseconds below a second"),
     )
 }

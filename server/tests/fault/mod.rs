@@ -228,7 +228,8 @@ pub async fn final_state(options: PgConnectOptions) -> Final {
             .await
             .unwrap();
     for (resource, fence, value) in resources {
-        end.resources.insert(resource, (fence.try_into().unwrap(), value));
+        end.resources
+            .insert(resource, (fence.try_into().unwrap(), value));
     }
     type CompensationRow = (String, String, String, bool, i64);
     let compensations: Vec<CompensationRow> = sqlx::query_as(
