@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::*;
 use opreg_client::proto::{self as pb, complete_request::Outcome};
 use opreg_client::{Client, Error, RunError, RunOnce, Success, Verdict, WorkError};
-use opreg_conformance::{FaultProxy, Rule};
+use opreg_conformance::{FaultProxy, Rule, calls_match};
 use serde_json::{Value, json};
 
 const SCENARIOS: &str = include_str!("../../client/testdata/run_once_scenarios.json");
@@ -297,63 +297,6 @@ fn error_kind(error: &RunError) -> &'static str {
         RunError::Work(_) => "work_error",
         RunError::Rpc(_) => "rpc",
     }
-}
-
-/// Whether the proxy's `lines` match `patterns` (an entry ending in `*`
-/// matches zero or more lines); Renew lines count only when a pattern names Renew.
-fn calls_match(patterns: &[&str], lines: &[String]) -> bool {
-    let renewals = patterns.iter().any(|p| p.starts_with("Renew"));
-    let calls: Vec<&str> = lines
-        .iter()
-        .map(String::as_str)
-        .filter(|line| !line.starts_with('#') && (renewals || !line.starts_with("Renew")))
-        .collect();
-    matches_from(patterns, &calls)
-}
-
-fn matches_from(patterns: &[&str], calls: &[&str]) -> bool {
-    match patterns.split_first() {
-        None => calls.is_empty(),
-        Some((pattern, rest)) => match pattern.strip_suffix('*') {
-            Some(repeated) => {
-                matches_from(rest, calls)
-                    || (calls.first() == Some(&repeated) && matches_from(patterns, &calls[1..]))
-            }
-            None => calls.first() == Some(pattern) && matches_from(rest, &calls[1..]),
-        },
-    }
-}
-
-#[test]
-fn the_matcher_catches_a_missing_an_extra_and_a_reordered_call() {
-    let lines = |calls: &[&str]| calls.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>();
-    let expected = ["Claim:ACQUIRED", "Complete:LOST*", "Lookup:OK"];
-    assert!(calls_match(
-        &expected,
-        &lines(&["Claim:ACQUIRED", "Renew:OK", "Lookup:OK"])
-    ));
-    assert!(calls_match(
-        &expected,
-        &lines(&[
-            "Claim:ACQUIRED",
-            "Complete:LOST",
-            "Complete:LOST",
-            "Lookup:OK"
-        ])
-    ));
-    assert!(!calls_match(&expected, &lines(&["Claim:ACQUIRED"])));
-    assert!(!calls_match(
-        &expected,
-        &lines(&["Claim:ACQUIRED", "Lookup:OK", "Complete:SUCCEEDED"])
-    ));
-    assert!(!calls_match(
-        &expected,
-        &lines(&["Lookup:OK", "Claim:ACQUIRED"])
-    ));
-    assert!(!calls_match(
-        &["Claim:ACQUIRED", "Renew:OK"],
-        &lines(&["Claim:ACQUIRED"])
-    ));
 }
 
 async fn final_status(client: &Client, key: &str) -> String {
