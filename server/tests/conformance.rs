@@ -263,10 +263,10 @@ fn check_outcome(
         )),
         (Err(error), None) => {
             let kind = expect["error"].as_str().unwrap();
-            if error_kind(error) != kind {
+            if RunError::kind(error) != kind {
                 return Err(format!(
                     "error {error:?} ({}), expected {kind}",
-                    error_kind(error)
+                    RunError::kind(error)
                 ));
             }
             if let RunError::Business { code, replayed, .. } = error
@@ -280,22 +280,6 @@ fn check_outcome(
             Ok(())
         }
         (Err(error), Some(result)) => Err(format!("error {error:?}, expected result {result}")),
-    }
-}
-
-/// The language-neutral kind of a run-once error (client/PROTOCOL.md).
-fn error_kind(error: &RunError) -> &'static str {
-    match error {
-        RunError::Business { .. } => "business_failure",
-        RunError::Dead => "dead",
-        RunError::Held { .. } => "held",
-        RunError::LeaseLost => "lease_lost",
-        RunError::OutcomeUnknown { .. } => "outcome_unknown",
-        RunError::ReconcileRequired { .. } => "reconcile_required",
-        RunError::DeadlineExceeded => "deadline_exceeded",
-        RunError::Unrecorded { .. } => "outcome_not_recorded",
-        RunError::Work(_) => "work_error",
-        RunError::Rpc(_) => "rpc",
     }
 }
 

@@ -375,6 +375,23 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Hold and Release send the same fields and answer alike: the operation
+/// after the action and its audit row.
+macro_rules! hold_or_release {
+    ($client:expr, $output:expr, $method:ident($request:ident), $namespace:expr, $key:expr, $actor:expr) => {{
+        let done = $client
+            .admin()
+            .$method(pb::$request {
+                namespace: $namespace,
+                operation_key: $key.clone(),
+                operator: $actor.operator.clone(),
+                reason: $actor.reason.clone(),
+            })
+            .await?;
+        $output.action(done.operation.as_ref(), done.audit.as_ref());
+    }};
+}
+
 async fn run(cli: &Cli, client: &Client, output: &Output) -> Result<(), Error> {
     let namespace = cli.namespace.clone();
     match &cli.command {
@@ -548,28 +565,24 @@ async fn run(cli: &Cli, client: &Client, output: &Output) -> Result<(), Error> {
             output.action(done.operation.as_ref(), done.audit.as_ref());
         }
         Command::Hold { key, actor } => {
-            let done = client
-                .admin()
-                .hold(pb::HoldOperationRequest {
-                    namespace,
-                    operation_key: key.clone(),
-                    operator: actor.operator.clone(),
-                    reason: actor.reason.clone(),
-                })
-                .await?;
-            output.action(done.operation.as_ref(), done.audit.as_ref());
+            hold_or_release!(
+                client,
+                output,
+                hold(HoldOperationRequest),
+                namespace,
+                key,
+                actor
+            );
         }
         Command::Release { key, actor } => {
-            let done = client
-                .admin()
-                .release(pb::ReleaseOperationRequest {
-                    namespace,
-                    operation_key: key.clone(),
-                    operator: actor.operator.clone(),
-                    reason: actor.reason.clone(),
-                })
-                .await?;
-            output.action(done.operation.as_ref(), done.audit.as_ref());
+            hold_or_release!(
+                client,
+                output,
+                release(ReleaseOperationRequest),
+                namespace,
+                key,
+                actor
+            );
         }
     }
     Ok(())

@@ -170,3 +170,23 @@ pub enum RunError {
     #[error(transparent)]
     Rpc(#[from] Error),
 }
+
+impl RunError {
+    /// The language-neutral name of this kind of end, as every client's
+    /// conformance runner reports it (PROTOCOL.md, "Errors and their
+    /// conformance kinds"); `rpc` for a refused call.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Business { .. } => "business_failure",
+            Self::Dead => "dead",
+            Self::Held { .. } => "held",
+            Self::LeaseLost => "lease_lost",
+            Self::OutcomeUnknown { .. } => "outcome_unknown",
+            Self::ReconcileRequired { .. } => "reconcile_required",
+            Self::DeadlineExceeded => "deadline_exceeded",
+            Self::Unrecorded { .. } => "outcome_not_recorded",
+            Self::Work(_) => "work_error",
+            Self::Rpc(_) => "rpc",
+        }
+    }
+}

@@ -199,23 +199,6 @@ impl ClaimAnswerVector {
     }
 }
 
-/// The conformance kind of a run's error (PROTOCOL.md, "Errors and their
-/// conformance kinds").
-fn kind(error: &RunError) -> &'static str {
-    match error {
-        RunError::Business { .. } => "business_failure",
-        RunError::Dead => "dead",
-        RunError::Held { .. } => "held",
-        RunError::LeaseLost => "lease_lost",
-        RunError::OutcomeUnknown { .. } => "outcome_unknown",
-        RunError::ReconcileRequired { .. } => "reconcile_required",
-        RunError::DeadlineExceeded => "deadline_exceeded",
-        RunError::Unrecorded { .. } => "outcome_not_recorded",
-        RunError::Work(_) => "work_error",
-        RunError::Rpc(_) => "rpc",
-    }
-}
-
 #[test]
 fn claim_answer() {
     for vector in table().claim_answer {
@@ -237,7 +220,7 @@ fn claim_answer() {
                 assert_eq!(Some(completed.replayed), expect.replayed, "{name}");
             }
             ("raise", ClaimStep::Return(Err(error))) => {
-                assert_eq!(Some(kind(&error)), expect.error.as_deref(), "{name}");
+                assert_eq!(Some(error.kind()), expect.error.as_deref(), "{name}");
                 if let RunError::Business { code, replayed, .. } = &error {
                     assert_eq!(Some(code), expect.code.as_ref(), "{name}");
                     assert_eq!(Some(*replayed), expect.replayed, "{name}");
