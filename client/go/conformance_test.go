@@ -9,8 +9,9 @@ package opreg_test
 // the scenario's `before` made directly against the server; a fresh proxy
 // with the scenario's faults; RunOnce through the proxy with the scenario's
 // settings, work actions and reconcile callback; then the result or error
-// kind, the calls the proxy logged and the operation's status (a direct
-// Lookup) compared with `expect`.
+// kind, the operation's status (a direct Lookup) and the reconcile callback
+// compared with `expect`. The calls are judged by the proxy alone: it is given
+// `expect.calls` as --expect, and its exit status is the verdict.
 
 import (
 	"bufio"
@@ -171,7 +172,10 @@ type faultProxy struct {
 	address string
 	logPath string
 	stderr  *strings.Builder
-	exited  chan struct{}
+	// The last line of stdout after "listening ...": given --expect, the
+	// verdict on the calls. Set before exited is closed.
+	lastLine string
+	exited   chan struct{}
 }
 
 func proxyBinary() string {
@@ -181,7 +185,10 @@ func proxyBinary() string {
 	return filepath.Join(repoRoot, "target", "debug", "opreg-fault-proxy")
 }
 
-func startProxy(t *testing.T, upstream string, faults []json.RawMessage) *faultProxy {
+// startProxy starts a proxy with the fault rules; expectCalls, when not nil,
+// go to it as --expect, and its exit status then says whether the calls it saw
+// matched (callsVerdict).
+func startProxy(t *testing.T, upstream string, faults []json.RawMessage, expectCalls []string) *faultProxy {
 	t.Helper()
 	binary := proxyBinary()
 	if _, err := os.Stat(binary); err != nil {
@@ -195,7 +202,15 @@ func startProxy(t *testing.T, upstream string, faults []json.RawMessage) *faultP
 		t.Fatal(err)
 	}
 	p := &faultProxy{logPath: filepath.Join(t.TempDir(), "calls.log"), stderr: &strings.Builder{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(binary, "--upstream", "http://"+upstream, "--faults", string(faultText), "--log", p.logPath)
+	args := []string{"--upstream", "http://" + upstream, "--faults", string(faultText), "--log", p.logPath}
+	if expectCalls != nil {
+		expectText, err := json.Marshal(expectCalls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--expect", string(expectText))
+	}
+	p.cmd = exec.Command(binary, args...)
 	p.cmd.Stderr = &lockedWriter{w: p.stderr}
 	setParentDeathSignal(p.cmd)
 	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
@@ -210,11 +225,20 @@ func startProxy(t *testing.T, upstream string, faults []json.RawMessage) *faultP
 	}
 	first := make(chan string, 1)
 	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		// All of stdout is read before Wait (which closes the pipe), so the
+		// verdict, the last line, is never lost.
+		reader := bufio.NewReader(stdout)
+		line, err := reader.ReadString('\n')
 		first <- strings.TrimSpace(line)
-		_, _ = io.Copy(io.Discard, stdout)
+		for err == nil {
+			line, err = reader.ReadString('\n')
+			if line = strings.TrimSpace(line); line != "" {
+				p.lastLine = line
+			}
+		}
+		_ = p.cmd.Wait()
+		close(p.exited)
 	}()
-	go func() { _ = p.cmd.Wait(); close(p.exited) }()
 	select {
 	case line := <-first:
 		if !strings.HasPrefix(line, "listening ") {
@@ -230,7 +254,7 @@ func startProxy(t *testing.T, upstream string, faults []json.RawMessage) *faultP
 }
 
 // finish closes the proxy's stdin; it exits once the calls in flight are
-// logged. The log's text.
+// logged (and, given --expect, judged). The log's text.
 func (p *faultProxy) finish() string {
 	_ = p.stdin.Close()
 	select {
@@ -240,6 +264,20 @@ func (p *faultProxy) finish() string {
 		return p.log() + fmt.Sprintf("\n(the proxy did not exit within %v after its stdin closed: killed)", proxyExitTimeout)
 	}
 	return p.log()
+}
+
+// callsVerdict, once finish has returned: "" if the proxy exited 0 (given
+// --expect: the calls matched), else its exit status and its last line (the
+// verdict "calls mismatched: expected ..., saw ...").
+func (p *faultProxy) callsVerdict() string {
+	if state := p.cmd.ProcessState; state != nil && state.Success() {
+		return ""
+	}
+	verdict := p.lastLine
+	if verdict == "" {
+		verdict = "(it printed no verdict)"
+	}
+	return fmt.Sprintf("the proxy's verdict on the calls (%v): %s", p.cmd.ProcessState, verdict)
 }
 
 func (p *faultProxy) kill() {
@@ -274,90 +312,6 @@ func (l *lockedWriter) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.String()
-}
-
-// -- matching the calls ---------------------------------------------------------------
-
-// loggedCalls are the log's call lines as matched (PROTOCOL.md, "Matching
-// calls"): lines starting with '#' ignored, as is a trailing "# comment";
-// Renew lines dropped unless an expected entry names Renew.
-func loggedCalls(log string, expected []string) []string {
-	var calls []string
-	for _, raw := range strings.Split(log, "\n") {
-		line := strings.TrimSpace(raw)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		line, _, _ = strings.Cut(line, "#")
-		calls = append(calls, strings.TrimSpace(line))
-	}
-	namesRenew := false
-	for _, entry := range expected {
-		method, _, _ := strings.Cut(strings.TrimSuffix(entry, "*"), ":")
-		namesRenew = namesRenew || method == "Renew"
-	}
-	if namesRenew {
-		return calls
-	}
-	kept := calls[:0]
-	for _, call := range calls {
-		if method, _, _ := strings.Cut(call, ":"); method != "Renew" {
-			kept = append(kept, call)
-		}
-	}
-	return kept
-}
-
-// callsMatch: each expected entry matches one line; an entry ending in '*'
-// matches zero or more lines equal to it without the '*'.
-func callsMatch(expected, calls []string) bool {
-	memo := map[[2]int]bool{}
-	var match func(i, j int) bool
-	match = func(i, j int) bool {
-		key := [2]int{i, j}
-		if result, ok := memo[key]; ok {
-			return result
-		}
-		var result bool
-		switch {
-		case i == len(expected):
-			result = j == len(calls)
-		case strings.HasSuffix(expected[i], "*"):
-			entry := strings.TrimSuffix(expected[i], "*")
-			result = match(i+1, j) || (j < len(calls) && calls[j] == entry && match(i, j+1))
-		default:
-			result = j < len(calls) && calls[j] == expected[i] && match(i+1, j+1)
-		}
-		memo[key] = result
-		return result
-	}
-	return match(0, 0)
-}
-
-func TestCallsMatcher(t *testing.T) {
-	log := "Claim:ACQUIRED\n# Claim traceparent=00-ab-cd-01\nRenew:OK\nComplete:LOST # the server answered SUCCEEDED\n"
-	if got := loggedCalls(log, []string{"Claim:ACQUIRED"}); strings.Join(got, ",") != "Claim:ACQUIRED,Complete:LOST" {
-		t.Errorf("without Renew expected: %v", got)
-	}
-	if got := loggedCalls(log, []string{"Renew:OK*"}); strings.Join(got, ",") != "Claim:ACQUIRED,Renew:OK,Complete:LOST" {
-		t.Errorf("with Renew expected: %v", got)
-	}
-	cases := []struct {
-		expected, calls []string
-		want            bool
-	}{
-		{[]string{"A", "B*", "C"}, []string{"A", "C"}, true},
-		{[]string{"A", "B*", "C"}, []string{"A", "B", "B", "C"}, true},
-		{[]string{"A", "B*", "C"}, []string{"A", "B", "D", "C"}, false},
-		{[]string{"A", "A*"}, []string{"A", "A", "A"}, true},
-		{[]string{"A", "A*"}, nil, false},
-		{[]string{"A"}, []string{"A", "A"}, false},
-	}
-	for _, c := range cases {
-		if got := callsMatch(c.expected, c.calls); got != c.want {
-			t.Errorf("callsMatch(%v, %v) = %v", c.expected, c.calls, got)
-		}
-	}
 }
 
 // -- the work and the reconcile callback ----------------------------------------------
@@ -540,7 +494,7 @@ func runScenario(t *testing.T, srv *testServer, direct *opreg.Client, s *scenari
 	ctx := testContext(t)
 	key := fmt.Sprintf("%s-go-%s", s.Name, randomSuffix())
 	before(ctx, t, direct, s, key)
-	proxy := startProxy(t, srv.address, s.Faults)
+	proxy := startProxy(t, srv.address, s.Faults, s.Expect.Calls)
 	started := time.Now()
 	run := &scenarioRun{}
 	result, runErr := func() (*opreg.Result, error) {
@@ -564,7 +518,6 @@ func runScenario(t *testing.T, srv *testServer, direct *opreg.Client, s *scenari
 	}()
 	log := proxy.finish()
 	took := time.Since(started)
-	calls := loggedCalls(log, s.Expect.Calls)
 	status := statusOf(ctx, direct, key)
 
 	var problems []string
@@ -589,8 +542,10 @@ func runScenario(t *testing.T, srv *testServer, direct *opreg.Client, s *scenari
 			}
 		}
 	}
-	if s.Expect.Calls != nil && !callsMatch(s.Expect.Calls, calls) {
-		problems = append(problems, fmt.Sprintf("expected the calls %v, the proxy saw %v", s.Expect.Calls, calls))
+	if s.Expect.Calls != nil {
+		if verdict := proxy.callsVerdict(); verdict != "" {
+			problems = append(problems, verdict)
+		}
 	}
 	if s.Expect.Status != "" && status != s.Expect.Status {
 		problems = append(problems, fmt.Sprintf("expected the status %s, the Lookup found %s", s.Expect.Status, status))

@@ -336,7 +336,7 @@ func TestWorkerRunsDueOperations(t *testing.T) {
 // (the fault proxy logs it).
 func TestTraceparentIsSent(t *testing.T) {
 	srv := needServer(t)
-	proxy := startProxy(t, srv.address, nil)
+	proxy := startProxy(t, srv.address, nil, nil)
 	client := dial(t, proxy.address)
 	traceID, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	spanID, _ := trace.SpanIDFromHex("00f067aa0ba902b7")

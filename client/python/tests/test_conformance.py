@@ -6,8 +6,9 @@ needs no new test code.
 Per scenario: a fresh key ``<name>-python-<random>``; ``before`` made directly
 against the server; the proxy started with the scenario's faults; run_once
 against the proxy with the scenario's settings, work actions and reconcile
-callback; then the result or error, the calls the proxy logged and the
-operation's status (a direct Lookup) are compared with ``expect``."""
+callback; then the result or error and the operation's status (a direct
+Lookup) are compared with ``expect``, and the calls by the proxy itself: it is
+given ``expect.calls`` (``--expect``) and its exit status is its verdict."""
 
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -141,11 +141,35 @@ def test_the_scenario_names_are_unique() -> None:
 # -- the fault proxy ------------------------------------------------------------
 
 
-class FaultProxy:
-    """opreg-fault-proxy in front of ``upstream``; :meth:`finish` closes its
-    stdin, waits for it to exit and returns its log."""
+@dataclass(frozen=True)
+class ProxyExit:
+    """How the proxy ended: its exit status (negative: killed by that signal),
+    its verdict on the calls (its last line of stdout; none without
+    ``--expect``), its call log and, if it had to be killed, why."""
 
-    def __init__(self, upstream: str, faults: Sequence[Any], scratch: Path) -> None:
+    status: int
+    verdict: str
+    log: str
+    killed: str = ""
+
+    def calls_problem(self) -> str | None:
+        """None when the proxy exited 0: the calls matched ``--expect`` (or there
+        was none). Anything else fails, a mismatch (3) as a crash or a kill."""
+        if self.status == 0:
+            return None
+        verdict = self.verdict or "(no verdict line)"
+        killed = f" ({self.killed})" if self.killed else ""
+        return f"the proxy exited with status {self.status}, its verdict: {verdict}{killed}"
+
+
+class FaultProxy:
+    """opreg-fault-proxy in front of ``upstream``, judging the calls it sees
+    against ``expect_calls`` when given; :meth:`finish` closes its stdin and
+    waits for it to exit."""
+
+    def __init__(
+        self, upstream: str, faults: Sequence[Any], scratch: Path, expect_calls: Sequence[str] | None = None
+    ) -> None:
         binary = proxy_binary()
         if not binary.is_file():
             pytest.fail(
@@ -164,6 +188,7 @@ class FaultProxy:
                     json.dumps(list(faults)),
                     "--log",
                     str(self.log_path),
+                    *([] if expect_calls is None else ["--expect", json.dumps(list(expect_calls))]),
                 ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -181,17 +206,23 @@ class FaultProxy:
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
 
-    def finish(self) -> str:
-        """Closes stdin; the proxy exits once the calls in flight are logged."""
-        assert self.process.stdin is not None
+    def finish(self) -> ProxyExit:
+        """Closes stdin; the proxy exits once the calls in flight are logged and
+        judged."""
+        assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.close()
+        killed = ""
         try:
             self.process.wait(timeout=PROXY_EXIT_TIMEOUT)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-            return self.log() + f"\n(the proxy did not exit within {PROXY_EXIT_TIMEOUT}s after stdin closed: killed)"
-        return self.log()
+            killed = f"it did not exit within {PROXY_EXIT_TIMEOUT}s after stdin closed: killed"
+        # After "listening" it prints only its verdict, a line short enough for the
+        # pipe's buffer: it cannot block on it before we read.
+        rest = self.process.stdout.read().decode(errors="replace").splitlines()
+        self.process.stdout.close()
+        return ProxyExit(self.process.returncode, rest[-1].strip() if rest else "", self.log(), killed)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -201,51 +232,6 @@ class FaultProxy:
 def scratch() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="opreg-conformance-") as directory:
         yield Path(directory)
-
-
-# -- matching the calls -----------------------------------------------------------
-
-
-def logged_calls(log: str, expected: Sequence[str]) -> list[str]:
-    """The log's call lines as matched (PROTOCOL.md, "Matching calls"): lines
-    starting with ``#`` ignored, as is a trailing ``# comment``; Renew lines
-    dropped unless an expected entry names Renew."""
-    calls = []
-    for raw in log.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        calls.append(line.split("#", 1)[0].strip())
-    if not any(entry.rstrip("*").split(":", 1)[0] == "Renew" for entry in expected):
-        calls = [call for call in calls if call.split(":", 1)[0] != "Renew"]
-    return calls
-
-
-def calls_match(expected: Sequence[str], calls: Sequence[str]) -> bool:
-    """Each expected entry matches one line; an entry ending in ``*`` matches
-    zero or more lines equal to it without the ``*``."""
-
-    @cache
-    def match(i: int, j: int) -> bool:
-        if i == len(expected):
-            return j == len(calls)
-        entry = expected[i]
-        if entry.endswith("*"):
-            return match(i + 1, j) or (j < len(calls) and calls[j] == entry[:-1] and match(i, j + 1))
-        return j < len(calls) and calls[j] == entry and match(i + 1, j + 1)
-
-    return match(0, 0)
-
-
-def test_the_calls_matcher() -> None:
-    log = "Claim:ACQUIRED\n# Claim traceparent=00-ab-cd-01\nRenew:OK\nComplete:LOST # the server answered SUCCEEDED\n"
-    assert logged_calls(log, ["Claim:ACQUIRED"]) == ["Claim:ACQUIRED", "Complete:LOST"]
-    assert logged_calls(log, ["Renew:OK"]) == ["Claim:ACQUIRED", "Renew:OK", "Complete:LOST"]
-    assert calls_match(["A", "B*", "C"], ["A", "C"])
-    assert calls_match(["A", "B*", "C"], ["A", "B", "B", "C"])
-    assert not calls_match(["A", "B*", "C"], ["A", "B", "D", "C"])
-    assert calls_match(["A", "A*"], ["A", "A", "A"]) and not calls_match(["A", "A*"], [])
-    assert not calls_match(["A"], ["A", "A"])
 
 
 # -- the work and the reconcile callback -------------------------------------------
@@ -432,7 +418,7 @@ def status_of(client: opreg.Client, key: str) -> str:
     return pb.OperationStatus.Name(operation.status).removeprefix("OPERATION_STATUS_")
 
 
-def differences(scenario: Scenario, run: Run, calls: list[str], status: str) -> list[str]:
+def differences(scenario: Scenario, run: Run, proxy: ProxyExit, status: str) -> list[str]:
     expect = scenario.expect
     problems: list[str] = []
     if "result" in expect:
@@ -456,8 +442,8 @@ def differences(scenario: Scenario, run: Run, calls: list[str], status: str) -> 
             want_failure = {"code": expect.get("code"), "replayed": expect.get("replayed", False)}
             if got_failure != want_failure:
                 problems.append(f"expected the business failure {want_failure}, got {got_failure}")
-    if "calls" in expect and not calls_match(expect["calls"], calls):
-        problems.append(f"expected the calls {expect['calls']}, the proxy saw {calls}")
+    if (problem := proxy.calls_problem()) is not None:
+        problems.append(problem)
     if "status" in expect and status != expect["status"]:
         problems.append(f"expected the status {expect['status']}, the Lookup found {status}")
     if "reconcile_saw" in expect and run.reconcile_saw != [expect["reconcile_saw"]]:
@@ -478,19 +464,19 @@ def describe(error: BaseException | None) -> str:
 def test_scenario(scenario: Scenario, runner: str, server: Server, client: opreg.Client, scratch: Path) -> None:
     key = f"{scenario.name}-python-{uuid.uuid4().hex[:12]}"
     before(client, scenario, key)
-    proxy = FaultProxy(server.address, scenario.raw.get("faults", []), scratch)
+    # No ``calls`` expectation: nothing to judge (not ``[]``, which would mean no calls).
+    proxy = FaultProxy(server.address, scenario.raw.get("faults", []), scratch, scenario.expect.get("calls"))
     started = time.monotonic()
     try:
         run = RUNNERS[runner](scenario, proxy.address, key)
     finally:
-        log = proxy.finish()
+        finished = proxy.finish()
     took = time.monotonic() - started
-    calls = logged_calls(log, scenario.expect.get("calls", []))
     status = status_of(client, key)
-    problems = differences(scenario, run, calls, status)
+    problems = differences(scenario, run, finished, status)
     assert not problems, (
         f"scenario {scenario.name} ({runner} client, key {NAMESPACE}/{key}, {took:.2f}s):\n- "
         + "\n- ".join(problems)
-        + f"\n\nthe proxy's whole log:\n{log.rstrip() or '(empty)'}"
+        + f"\n\nthe proxy's whole log:\n{finished.log.rstrip() or '(empty)'}"
         + (f"\n\nthe proxy's stderr:\n{proxy.stderr().rstrip()}" if proxy.stderr().strip() else "")
     )

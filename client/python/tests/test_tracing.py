@@ -13,7 +13,7 @@ from pathlib import Path
 from conftest import Server
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from test_conformance import FaultProxy, logged_calls
+from test_conformance import FaultProxy
 
 import opreg
 
@@ -28,7 +28,7 @@ def traceparents(log: str, method: str) -> list[str]:
 
 
 def test_a_claim_carries_the_callers_traceparent(server: Server, tmp_path: Path) -> None:
-    proxy = FaultProxy(server.address, [], tmp_path)
+    proxy = FaultProxy(server.address, [], tmp_path, expect_calls=["Claim:ACQUIRED", "Claim:ACQUIRED"])
     try:
         with opreg.Client.connect(proxy.address) as client:
             with tracer.start_as_current_span("checkout") as span:
@@ -36,8 +36,9 @@ def test_a_claim_carries_the_callers_traceparent(server: Server, tmp_path: Path)
                 client.claim("conformance", f"tracing-{uuid.uuid4().hex[:12]}", owner="o", parameters=PARAMS)
             client.claim("conformance", f"untraced-{uuid.uuid4().hex[:12]}", owner="o", parameters=PARAMS)
     finally:
-        log = proxy.finish()
-    assert logged_calls(log, []) == ["Claim:ACQUIRED", "Claim:ACQUIRED"], log
+        finished = proxy.finish()
+    log = finished.log
+    assert finished.calls_problem() is None, f"{finished.calls_problem()}\n{log}"
     # Only the call made inside the span carries one.
     assert len(traceparents(log, "Claim")) == 1, log
     assert traceparents(log, "Claim")[0].startswith(f"00-{trace_id:032x}-"), log
@@ -59,7 +60,7 @@ def test_run_once_and_its_renewals_carry_it_with_the_asyncio_client(server: Serv
     try:
         trace_id = asyncio.run(main())
     finally:
-        log = proxy.finish()
+        log = proxy.finish().log
     want = f"00-{trace_id:032x}-"
     for method in ("Claim", "Renew", "Complete"):
         seen = traceparents(log, method)
@@ -80,7 +81,7 @@ def test_the_sync_renewal_thread_carries_it(server: Server, tmp_path: Path) -> N
                     lease_ttl=1.2,
                 )
     finally:
-        log = proxy.finish()
+        log = proxy.finish().log
     renewals = traceparents(log, "Renew")
     assert renewals and all(t.startswith(f"00-{trace_id:032x}-") for t in renewals), log
 

@@ -130,8 +130,17 @@ class ConformanceTest {
     }
 
     String faults() {
+      return json(raw.has("faults") ? raw.get("faults") : JSON.createArrayNode());
+    }
+
+    /** {@code expect.calls} as JSON, for the proxy's {@code --expect}; null when the scenario has none. */
+    String expectedCalls() {
+      return expect().has("calls") ? json(expect().get("calls")) : null;
+    }
+
+    private static String json(JsonNode node) {
       try {
-        return JSON.writeValueAsString(raw.has("faults") ? raw.get("faults") : JSON.createArrayNode());
+        return JSON.writeValueAsString(node);
       } catch (IOException e) {
         throw new UncheckedIOException(e);
       }
@@ -153,78 +162,6 @@ class ConformanceTest {
     assertFalse(all.isEmpty());
   }
 
-  // -- matching the calls ----------------------------------------------------------------------
-
-  /**
-   * The log's call lines as matched (PROTOCOL.md, "Matching calls"): lines starting with {@code #}
-   * ignored, as is a trailing {@code # comment}; Renew lines dropped unless an expected entry names
-   * Renew.
-   */
-  static List<String> loggedCalls(String log, List<String> expected) {
-    List<String> calls = new ArrayList<>();
-    for (String raw : log.split("\n")) {
-      String line = raw.strip();
-      if (line.isEmpty() || line.startsWith("#")) {
-        continue;
-      }
-      int comment = line.indexOf('#');
-      calls.add((comment < 0 ? line : line.substring(0, comment)).strip());
-    }
-    boolean namesRenew = expected.stream().anyMatch(entry -> method(stripStar(entry)).equals("Renew"));
-    if (!namesRenew) {
-      calls.removeIf(call -> method(call).equals("Renew"));
-    }
-    return calls;
-  }
-
-  private static String method(String call) {
-    int colon = call.indexOf(':');
-    return colon < 0 ? call : call.substring(0, colon);
-  }
-
-  private static String stripStar(String entry) {
-    return entry.endsWith("*") ? entry.substring(0, entry.length() - 1) : entry;
-  }
-
-  /** Each expected entry matches one line; an entry ending in {@code *} matches zero or more equal lines. */
-  static boolean callsMatch(List<String> expected, List<String> calls) {
-    Boolean[][] memo = new Boolean[expected.size() + 1][calls.size() + 1];
-    return match(expected, calls, 0, 0, memo);
-  }
-
-  private static boolean match(List<String> expected, List<String> calls, int i, int j, Boolean[][] memo) {
-    if (memo[i][j] != null) {
-      return memo[i][j];
-    }
-    boolean result;
-    if (i == expected.size()) {
-      result = j == calls.size();
-    } else {
-      String entry = expected.get(i);
-      if (entry.endsWith("*")) {
-        result = match(expected, calls, i + 1, j, memo)
-            || (j < calls.size() && calls.get(j).equals(stripStar(entry)) && match(expected, calls, i, j + 1, memo));
-      } else {
-        result = j < calls.size() && calls.get(j).equals(entry) && match(expected, calls, i + 1, j + 1, memo);
-      }
-    }
-    memo[i][j] = result;
-    return result;
-  }
-
-  @Test
-  void theCallsMatcher() {
-    String log = "Claim:ACQUIRED\n# Claim traceparent=00-ab-cd-01\nRenew:OK\nComplete:LOST # the server answered SUCCEEDED\n";
-    assertEquals(List.of("Claim:ACQUIRED", "Complete:LOST"), loggedCalls(log, List.of("Claim:ACQUIRED")));
-    assertEquals(List.of("Claim:ACQUIRED", "Renew:OK", "Complete:LOST"), loggedCalls(log, List.of("Renew:OK")));
-    assertTrue(callsMatch(List.of("A", "B*", "C"), List.of("A", "C")));
-    assertTrue(callsMatch(List.of("A", "B*", "C"), List.of("A", "B", "B", "C")));
-    assertFalse(callsMatch(List.of("A", "B*", "C"), List.of("A", "B", "D", "C")));
-    assertTrue(callsMatch(List.of("A", "A*"), List.of("A", "A", "A")));
-    assertFalse(callsMatch(List.of("A", "A*"), List.of()));
-    assertFalse(callsMatch(List.of("A"), List.of("A", "A")));
-  }
-
   @Test
   void aRunThatDiffersFromTheExpectationIsReported() throws IOException {
     Scenario scenario = new Scenario(JSON.readTree(
@@ -234,12 +171,15 @@ class ConformanceTest {
         scenarios().get("defaults"));
     Run run = new Run();
     run.result = new Result(bytes("done"), "", false, null);
-    List<String> problems = differences(scenario, run, List.of("Claim:ACQUIRED", "Complete:SUCCEEDED"), "SUCCEEDED");
+    String mismatched = "calls mismatched: expected [\"Claim:ACQUIRED\",\"Complete:FAILED\"],"
+        + " saw [\"Claim:ACQUIRED\",\"Complete:SUCCEEDED\"]";
+    List<String> problems = differences(scenario, run, new FaultProxy.Exit(3, mismatched, ""), "SUCCEEDED");
     assertEquals(4, problems.size(), problems.toString());
+    assertTrue(problems.stream().anyMatch(problem -> problem.contains(mismatched)), problems.toString());
     run.result = null;
     run.error = new BusinessFailureException("m", null, "other", "", true, null);
     run.reconcileSaw.add("r");
-    problems = differences(scenario, run, List.of("Claim:ACQUIRED", "Complete:FAILED"), "FAILED");
+    problems = differences(scenario, run, new FaultProxy.Exit(0, "calls matched: [...]", ""), "FAILED");
     assertEquals(1, problems.size(), problems.toString());
     assertEquals("not a conformance kind: dev.opreg.client.WorkException", kindOf(new WorkException("w", new IllegalStateException())));
   }
@@ -416,7 +356,11 @@ class ConformanceTest {
     return "not a conformance kind: " + error.getClass().getName();
   }
 
-  static List<String> differences(Scenario scenario, Run run, List<String> calls, String status) {
+  /**
+   * What differs from the scenario's expectation. The calls are the proxy's to judge (it was given
+   * {@code expect.calls} as {@code --expect}): a non-zero exit status fails the scenario.
+   */
+  static List<String> differences(Scenario scenario, Run run, FaultProxy.Exit proxy, String status) {
     JsonNode expect = scenario.expect();
     List<String> problems = new ArrayList<>();
     if (expect.has("result")) {
@@ -442,12 +386,9 @@ class ConformanceTest {
         }
       }
     }
-    if (expect.has("calls")) {
-      List<String> want = new ArrayList<>();
-      expect.get("calls").forEach(entry -> want.add(entry.asText()));
-      if (!callsMatch(want, calls)) {
-        problems.add("expected the calls " + want + ", the proxy saw " + calls);
-      }
+    if (expect.has("calls") && proxy.status() != 0) {
+      problems.add("the proxy's verdict on the calls (exit status " + proxy.status() + "): "
+          + (proxy.lastLine().isEmpty() ? "(no verdict line)" : proxy.lastLine()));
     }
     if (expect.has("status") && !expect.get("status").asText().equals(status)) {
       problems.add("expected the status " + expect.get("status").asText() + ", the Lookup found " + status);
@@ -480,26 +421,24 @@ class ConformanceTest {
     Path scratch = Files.createTempDirectory("opreg-conformance-");
     try (OpregClient client = server.client()) {
       before(client, scenario, key);
-      FaultProxy proxy = new FaultProxy(server.address(), scenario.faults(), scratch);
+      FaultProxy proxy = new FaultProxy(server.address(), scenario.faults(), scenario.expectedCalls(), scratch);
       long started = System.nanoTime();
       Run run;
-      String log;
+      FaultProxy.Exit exit;
       try {
         run = runHelper(variant, scenario, proxy.address(), key);
       } finally {
-        log = proxy.finish();
+        exit = proxy.finish();
       }
       double took = (System.nanoTime() - started) / 1e9;
-      List<String> expected = new ArrayList<>();
-      scenario.expect().path("calls").forEach(entry -> expected.add(entry.asText()));
-      List<String> calls = loggedCalls(log, expected);
       String status = statusOf(client, key);
-      List<String> problems = differences(scenario, run, calls, status);
+      List<String> problems = differences(scenario, run, exit, status);
       if (!problems.isEmpty()) {
         String stderr = proxy.stderr().strip();
+        String log = exit.log().strip();
         fail(String.format("scenario %s (%s helper, key %s/%s, %.2fs):%n- %s%n%nthe proxy's whole log:%n%s%s",
             scenario.name(), variant.name().toLowerCase(), NAMESPACE, key, took, String.join("\n- ", problems),
-            log.strip().isEmpty() ? "(empty)" : log.strip(),
+            log.isEmpty() ? "(empty)" : log,
             stderr.isEmpty() ? "" : "\n\nthe proxy's stderr:\n" + stderr));
       }
     } finally {
