@@ -6,13 +6,18 @@
 /// line, an entry ending in `*` zero or more; Renew lines count only when a
 /// pattern names Renew (their number depends on timing), and `#` lines never.
 pub fn calls_match(patterns: &[&str], lines: &[String]) -> bool {
-    let renewals = patterns.iter().any(|p| p.starts_with("Renew"));
+    let renewals = patterns.iter().any(|pattern| method(pattern) == "Renew");
     let calls: Vec<&str> = lines
         .iter()
         .map(String::as_str)
-        .filter(|line| !line.starts_with('#') && (renewals || !line.starts_with("Renew")))
+        .filter(|line| !line.starts_with('#') && (renewals || method(line) != "Renew"))
         .collect();
     matches_from(patterns, &calls)
+}
+
+/// The method of a log line or pattern (`Renew:OK` is `Renew`).
+fn method(call: &str) -> &str {
+    call.split_once(':').map_or(call, |(method, _)| method)
 }
 
 fn matches_from(patterns: &[&str], calls: &[&str]) -> bool {
