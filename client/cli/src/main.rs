@@ -255,18 +255,46 @@ impl From<QueueStatus> for pb::OperationStatus {
 #[derive(Debug, Subcommand)]
 enum ResolveOutcome {
     /// It took effect, with this result.
-    Success {
-        #[arg(long, default_value = "")]
-        result: String,
-        #[arg(long, default_value = "")]
-        result_ref: String,
-    },
+    Success(SuccessArgs),
     /// It was refused for a business reason.
-    Failure {
-        code: String,
-        #[arg(long, default_value = "")]
-        message: String,
-    },
+    Failure(FailureArgs),
+}
+
+/// A success, as Complete and ResolveOperation record it.
+#[derive(Debug, Args)]
+struct SuccessArgs {
+    /// The result, as text.
+    #[arg(long, default_value = "")]
+    result: String,
+    /// A reference to the result (ledger entry, file, ...).
+    #[arg(long, default_value = "")]
+    result_ref: String,
+}
+
+impl From<&SuccessArgs> for pb::Success {
+    fn from(success: &SuccessArgs) -> Self {
+        Self {
+            result: success.result.clone().into_bytes(),
+            result_ref: success.result_ref.clone(),
+        }
+    }
+}
+
+/// A business failure, as Complete and ResolveOperation record it.
+#[derive(Debug, Args)]
+struct FailureArgs {
+    code: String,
+    #[arg(long, default_value = "")]
+    message: String,
+}
+
+impl From<&FailureArgs> for pb::Failure {
+    fn from(failure: &FailureArgs) -> Self {
+        Self {
+            code: failure.code.clone(),
+            message: failure.message.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -295,20 +323,9 @@ struct ClaimArgs {
 #[derive(Debug, Subcommand)]
 enum CompleteOutcome {
     /// The operation took effect.
-    Success {
-        /// The result, as text.
-        #[arg(long, default_value = "")]
-        result: String,
-        /// A reference to the result (ledger entry, file, ...).
-        #[arg(long, default_value = "")]
-        result_ref: String,
-    },
+    Success(SuccessArgs),
     /// A terminal business failure (e.g. insufficient balance), replayed like a success.
-    Failure {
-        code: String,
-        #[arg(long, default_value = "")]
-        message: String,
-    },
+    Failure(FailureArgs),
     /// Worth another attempt: scheduled with backoff inside the retry budget.
     Retryable {
         error_class: String,
@@ -520,17 +537,11 @@ async fn run(cli: &Cli, client: &Client, output: &Output) -> Result<(), Error> {
             outcome,
         } => {
             let outcome = match outcome {
-                ResolveOutcome::Success { result, result_ref } => {
-                    pb::resolve_operation_request::Outcome::Success(pb::Success {
-                        result: result.clone().into_bytes(),
-                        result_ref: result_ref.clone(),
-                    })
+                ResolveOutcome::Success(success) => {
+                    pb::resolve_operation_request::Outcome::Success(success.into())
                 }
-                ResolveOutcome::Failure { code, message } => {
-                    pb::resolve_operation_request::Outcome::Failure(pb::Failure {
-                        code: code.clone(),
-                        message: message.clone(),
-                    })
+                ResolveOutcome::Failure(failure) => {
+                    pb::resolve_operation_request::Outcome::Failure(failure.into())
                 }
             };
             let done = client
@@ -633,14 +644,8 @@ fn claim_request(namespace: String, args: &ClaimArgs) -> Result<pb::ClaimRequest
 fn complete_outcome(outcome: &CompleteOutcome) -> pb::complete_request::Outcome {
     use pb::complete_request::Outcome;
     match outcome {
-        CompleteOutcome::Success { result, result_ref } => Outcome::Success(pb::Success {
-            result: result.clone().into_bytes(),
-            result_ref: result_ref.clone(),
-        }),
-        CompleteOutcome::Failure { code, message } => Outcome::Failure(pb::Failure {
-            code: code.clone(),
-            message: message.clone(),
-        }),
+        CompleteOutcome::Success(success) => Outcome::Success(success.into()),
+        CompleteOutcome::Failure(failure) => Outcome::Failure(failure.into()),
         CompleteOutcome::Retryable {
             error_class,
             message,
