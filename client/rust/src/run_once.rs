@@ -410,6 +410,7 @@ impl RunOnce {
         outcome: Outcome,
         deadline: Instant,
     ) -> Result<pb::Operation, RunError> {
+        let reported = decide::recorded_as(&outcome);
         let request = pb::CompleteRequest {
             namespace: self.request.namespace.clone(),
             operation_key: self.request.operation_key.clone(),
@@ -431,8 +432,6 @@ impl RunOnce {
             CompleteError::LeaseLost => Err(RunError::LeaseLost),
             CompleteError::Raise => Err(doubt),
             CompleteError::InDoubt => {
-                let reported = request.outcome.as_ref().map(decide::recorded_as);
-                let reported = reported.unwrap_or(ExecutionOutcome::Unspecified);
                 self.recorded_in_doubt(held.lease.fencing_token, reported, doubt)
                     .await
             }
