@@ -84,12 +84,12 @@ impl<C> Admitted<C> {
 /// for each of its items); every item takes its own rate-limit token.
 pub struct BatchGate<'a> {
     gate: &'a Gate,
-    marks: Marks,
+    marks: Marks<'a>,
     authorized: Vec<String>,
 }
 
 impl<'a> BatchGate<'a> {
-    pub fn new(gate: &'a Gate, extensions: &tonic::Extensions) -> Self {
+    pub fn new(gate: &'a Gate, extensions: &'a tonic::Extensions) -> Self {
         Self {
             gate,
             marks: Marks::of(extensions),
@@ -99,7 +99,7 @@ impl<'a> BatchGate<'a> {
 
     pub fn admit(&mut self, namespace: &str) -> Result<(), Status> {
         if !self.authorized.iter().any(|known| known == namespace) {
-            self.gate.authorize(&self.marks, namespace)?;
+            self.gate.authorize(self.marks, namespace)?;
             self.authorized.push(namespace.to_owned());
         }
         self.gate.limit(namespace)

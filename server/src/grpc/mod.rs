@@ -97,7 +97,7 @@ impl Gate {
 
     /// [`Gate::admit`] for a request taken apart.
     fn admit_in(&self, extensions: &tonic::Extensions, namespace: &str) -> Result<Caller, Status> {
-        let caller = self.authorize(&Marks::of(extensions), namespace)?;
+        let caller = self.authorize(Marks::of(extensions), namespace)?;
         self.limit(namespace)?;
         Ok(caller)
     }
@@ -105,8 +105,8 @@ impl Gate {
     /// The caller must hold the needed role in `namespace`. Either mark is
     /// absent only if the layer is not in front of the service, or the RPC
     /// has no entry in the role table: refused.
-    fn authorize(&self, marks: &Marks, namespace: &str) -> Result<Caller, Status> {
-        let (Some(caller), Some(Needed(needed))) = (marks.caller.clone(), marks.needed) else {
+    fn authorize(&self, marks: Marks<'_>, namespace: &str) -> Result<Caller, Status> {
+        let (Some(caller), Some(Needed(needed))) = (marks.caller, marks.needed) else {
             return Err(to_status_counted(
                 &RegistryError::Unauthenticated,
                 "unauthenticated",
@@ -116,7 +116,7 @@ impl Gate {
             tracing::info!(%refusal, "call refused by the access policy");
             to_status_counted(&refusal, "permission_denied")
         })?;
-        Ok(caller)
+        Ok(caller.clone())
     }
 
     /// Takes one call from `namespace`'s rate limit.
@@ -129,16 +129,16 @@ impl Gate {
 
 /// What the authentication layer marked a call with: its caller and the role
 /// its RPC needs.
-#[derive(Clone, Debug)]
-struct Marks {
-    caller: Option<Caller>,
+#[derive(Clone, Copy, Debug)]
+struct Marks<'a> {
+    caller: Option<&'a Caller>,
     needed: Option<Needed>,
 }
 
-impl Marks {
-    fn of(extensions: &tonic::Extensions) -> Self {
+impl<'a> Marks<'a> {
+    fn of(extensions: &'a tonic::Extensions) -> Self {
         Self {
-            caller: extensions.get::<Caller>().cloned(),
+            caller: extensions.get::<Caller>(),
             needed: extensions.get::<Needed>().copied(),
         }
     }
