@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{TestApp, claim_request, spawn_app_with};
@@ -55,18 +55,36 @@ fn policy_text(principals: &[(&str, &str, &str, &str)]) -> String {
         .collect()
 }
 
-fn policy_file(test: &str, text: &str) -> PathBuf {
+/// A policy file in a directory of its own, removed with it.
+struct PolicyFile(PathBuf);
+
+impl AsRef<Path> for PolicyFile {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for PolicyFile {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn policy_file(test: &str, text: &str) -> PolicyFile {
     let dir = std::env::temp_dir().join(format!("opreg-access-{test}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("policy.toml");
     std::fs::write(&path, text).unwrap();
-    path
+    PolicyFile(path)
 }
 
-async fn secured_app(test: &str) -> (TestApp, PathBuf) {
-    let path = policy_file(test, &policy_text(PRINCIPALS));
+async fn secured_app(test: &str) -> (TestApp, PolicyFile) {
+    let policy = policy_file(test, &policy_text(PRINCIPALS));
+    let path = policy.0.clone();
     let app = spawn_app_with(|config| config.listeners.auth_file = Some(path.clone())).await;
-    (app, path)
+    (app, policy)
 }
 
 async fn client_with_key(app: &TestApp, key: Option<&str>) -> Client {

@@ -552,17 +552,24 @@ fn cluster_admin_options() -> PgConnectOptions {
         .clone()
 }
 
-/// Data directories of test runs whose process is gone.
+/// Scratch directories (`opreg-<what>-<pid>`) of test runs whose process is
+/// gone: a test binary's PostgreSQL and policy files live until it exits, so
+/// each binary clears what the ones before it left.
 fn remove_stale_clusters() {
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix("opreg-test-") else {
+        let Some(pid) = name
+            .strip_prefix("opreg-")
+            .and_then(|rest| rest.rsplit_once('-'))
+            .and_then(|(_, pid)| pid.parse::<u32>().ok())
+        else {
             continue;
         };
-        if !std::path::Path::new("/proc").join(pid).exists() {
+        let gone = !std::path::Path::new("/proc").join(pid.to_string()).exists();
+        if gone && entry.file_type().is_ok_and(|kind| kind.is_dir()) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
