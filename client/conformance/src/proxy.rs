@@ -116,7 +116,21 @@ impl Described for pb::LookupResponse {}
 impl Described for pb::RenewResponse {}
 impl Described for pb::FencedWriteResponse {}
 impl Described for pb::GetResourceResponse {}
-impl Described for pb::ClaimDueResponse {}
+/// `ACQUIRED+RECONCILE`: the claim outcome of each operation handed out, or
+/// `EMPTY` when none was.
+impl Described for pb::ClaimDueResponse {
+    fn described(&self) -> String {
+        if self.operations.is_empty() {
+            return "EMPTY".into();
+        }
+        let outcomes: Vec<String> = self
+            .operations
+            .iter()
+            .map(|due| unprefixed(due.outcome().as_str_name(), "CLAIM_OUTCOME_"))
+            .collect();
+        outcomes.join("+")
+    }
+}
 impl Described for pb::BatchClaimResponse {}
 impl Described for pb::BatchCompleteResponse {}
 

@@ -11,8 +11,10 @@
 //! - At most `max_in_flight` operations run at once; ClaimDue asks for the
 //!   free slots only. An empty answer waits a poll interval (with jitter);
 //!   transport errors back off with jitter.
-//! - Stop: no more pulls; in-flight operations get `grace` to finish, then
-//!   their work is dropped (their leases lapse, nothing is recorded).
+//! - Stop: no more pulls; a pull in flight is answered first (what it handed
+//!   out runs, rather than lapse unexecuted); in-flight operations get `grace`
+//!   to finish, then their work is dropped (their leases lapse, nothing is
+//!   recorded).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -90,6 +92,7 @@ pub struct Worker {
     poll_interval: Duration,
     lease_ttl: Duration,
     operation_deadline: Duration,
+    call_timeout: Duration,
     grace: Duration,
 }
 
@@ -112,6 +115,7 @@ impl Worker {
             poll_interval: Duration::from_secs(1),
             lease_ttl: Duration::from_secs(30),
             operation_deadline: DEFAULT_DEADLINE,
+            call_timeout: Duration::from_secs(10),
             grace: Duration::from_secs(20),
         }
     }
@@ -185,6 +189,13 @@ impl Worker {
         self
     }
 
+    /// Bounds each ClaimDue (and, per operation, each call as RunOnce's
+    /// `call_timeout` does); a stop waits for the ClaimDue in flight.
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
     /// How long in-flight operations may finish after `stop`.
     pub fn grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
@@ -211,13 +222,15 @@ impl Worker {
                 }
                 continue;
             }
+            if resolved(stop.as_mut()).await {
+                break Ok(());
+            }
             // The leases handed out began no earlier than this.
             let sent = Instant::now();
-            let pull = worker.pull(u32::try_from(free).unwrap_or(u32::MAX));
-            let handed = tokio::select! {
-                () = &mut stop => break Ok(()),
-                handed = pull => handed,
-            };
+            // Not raced against the stop: an answered ClaimDue has handed its
+            // operations to this worker, and dropping them would leave them
+            // unexecuted until their leases lapse.
+            let handed = worker.pull(u32::try_from(free).unwrap_or(u32::MAX)).await;
             let wait = match handed {
                 Ok(handed) if !handed.is_empty() => {
                     failures = 0;
@@ -264,7 +277,13 @@ impl Worker {
             }),
             limit: limit.min(1_000),
         };
-        Ok(self.client.claim_due(request).await?.operations)
+        match tokio::time::timeout(self.call_timeout, self.client.claim_due(request)).await {
+            Ok(answer) => Ok(answer?.operations),
+            Err(_) => Err(Error::Unavailable {
+                message: "ClaimDue timed out".into(),
+                retry_after: None,
+            }),
+        }
     }
 
     /// Runs one handed-out operation to its recorded end.
@@ -276,7 +295,8 @@ impl Worker {
             &self.owner,
             self.lease_ttl,
             self.operation_deadline,
-        );
+        )
+        .call_timeout(self.call_timeout);
         if due.outcome() == ClaimOutcome::Reconcile {
             let Some(reconcile) = self.reconcile.clone() else {
                 return Ended::SkippedReconcile;
@@ -327,6 +347,15 @@ impl WorkerReport {
             Ok(Ended::SkippedReconcile) => self.skipped_reconciles += 1,
             Ok(Ended::Ran(Err(_))) | Err(_) => self.other += 1,
         }
+    }
+}
+
+/// Whether `stop` has resolved, without waiting for it.
+async fn resolved(stop: Pin<&mut impl Future<Output = ()>>) -> bool {
+    tokio::select! {
+        biased;
+        () = stop => true,
+        () = std::future::ready(()) => false,
     }
 }
 
