@@ -140,6 +140,13 @@ async def aclient(address: str) -> AsyncIterator[opreg.AsyncClient]:
 
 
 @pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A private directory (the fault proxy's log, say), removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="opreg-conformance-") as directory:
+        yield Path(directory)
+
+
+@pytest.fixture
 def ns() -> str:
     """A namespace no other test uses."""
     return f"pytest-{uuid.uuid4().hex[:12]}"

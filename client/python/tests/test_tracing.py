@@ -10,10 +10,10 @@ import asyncio
 import uuid
 from pathlib import Path
 
+from conformance_support import FaultProxy
 from conftest import Server
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from test_conformance import FaultProxy
 
 import opreg
 
