@@ -168,7 +168,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			return nil
 		}
 		sent := time.Now() // the leases end at the latest lease TTL after this
-		callCtx, cancel := context.WithTimeout(ctx, spec.callTimeout)
+		// Not cut by the stop (execCtx, not ctx): the server may have leased
+		// operations to us already, and those are run within the grace
+		// rather than dropped until their leases lapse.
+		callCtx, cancel := context.WithTimeout(execCtx, spec.callTimeout)
 		resp, err := w.Client.ClaimDue(callCtx, &opregv1.ClaimDueRequest{
 			Namespace:   spec.namespace,
 			Owner:       spec.owner,
