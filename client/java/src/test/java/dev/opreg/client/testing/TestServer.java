@@ -182,7 +182,7 @@ public final class TestServer implements AutoCloseable {
     }
   }
 
-  static void deleteTree(Path root) {
+  public static void deleteTree(Path root) {
     if (!Files.exists(root)) {
       return;
     }
