@@ -110,6 +110,16 @@ export interface LeasedExecution {
   ctx: RetryContext;
   /** Names the execution in error messages. */
   what: string;
+  /**
+   * What the step returns once `ctx.signal` aborted is dropped, not reported:
+   * the worker's grace period is over, and its leases lapse (runOnce reports it).
+   */
+  dropWhenCancelled?: boolean;
+}
+
+/** The step ended after a cancellation that drops its outcome (see dropWhenCancelled): nothing was reported. */
+export class OutcomeDroppedError extends Error {
+  override name = "OutcomeDroppedError";
 }
 
 /** What executeUnderLease recorded, and what follows (decideRecorded). */
@@ -194,6 +204,12 @@ export async function executeUnderLease(
     }
     // A lost lease: whatever the work did, nothing is reported under it.
     if (keeper.lost !== undefined) throw new LeaseLostError(lease.fencingToken, keeper.lost);
+    // PROTOCOL.md, "Worker scenarios" (stop_past_the_grace_drops_the_work): a
+    // stopped worker's grace bounds what it reports, so work still running when
+    // it ran out is dropped, as if the worker had exited, and never Completed.
+    if (execution.dropWhenCancelled === true && signal?.aborted === true) {
+      throw new OutcomeDroppedError(`${execution.what}: cancelled (${String(abortReason(signal))}); nothing was reported`);
+    }
     // The lease is still renewed while Complete is retried.
     operation = await record(execution, plan);
   } finally {

@@ -21,7 +21,8 @@
 // 3. Stop. When options.signal aborts: no more ClaimDue (one in flight is
 //    answered and its operations run: they are leased to us already), the
 //    operations in flight finish and are recorded; after graceMs their signal
-//    aborts, and what they then report is recorded too. run() resolves after.
+//    aborts, and what they then return is dropped: nothing is reported, their
+//    leases lapse. run() resolves after.
 import { performance } from "node:perf_hooks";
 
 import type { OpregClient } from "./client";
@@ -34,6 +35,7 @@ import {
   DEFAULT_LEASE_TTL_MS,
   defaultOwner,
   executeUnderLease,
+  OutcomeDroppedError,
   type ReconcileOutcome,
   type Work,
   type WorkValue,
@@ -71,7 +73,7 @@ export interface WorkerOptions {
   renewEveryMs?: number;
   /** Pause after a ClaimDue that found less than it asked for. Default 1 000 ms (±20 %). */
   pollIntervalMs?: number;
-  /** How long in-flight operations may take after a stop before their signal aborts. Default 20 000 ms. */
+  /** How long in-flight operations may take after a stop before their signal aborts and their outcome is dropped. Default 20 000 ms. */
   graceMs?: number;
   /** Deadline of one call. Default 10 000 ms. */
   callTimeoutMs?: number;
@@ -88,8 +90,8 @@ export const NO_HANDLER = "NO_HANDLER";
 
 const DEFAULT_MAX_IN_FLIGHT = 10;
 const DEFAULT_POLL_INTERVAL_MS = 1_000;
-// Leaves room for the Completes of cancelled work inside the usual 30 s between
-// SIGTERM and SIGKILL.
+// Leaves room for the Completes of the work finished within it inside the usual
+// 30 s between SIGTERM and SIGKILL.
 const DEFAULT_GRACE_MS = 20_000;
 /** The most ClaimDue hands out in one call. */
 const CLAIM_DUE_MAX_LIMIT = 1_000;
@@ -272,6 +274,7 @@ export class Worker {
           renewEveryMs: this.renewEveryMs,
           ctx: this.ctx,
           what: `worker ${namespace}/${operationKey}`,
+          dropWhenCancelled: true,
         },
         step,
         this.workFor(operation),
@@ -287,6 +290,7 @@ export class Worker {
     } catch (error) {
       // Another execution owns the operation now: expected after a hold or a takeover.
       if (error instanceof LeaseLostError) this.log.warn("lease lost; nothing was reported", { ...fields, error: describe(error) });
+      else if (error instanceof OutcomeDroppedError) this.log.warn("grace period over; the outcome was dropped", { ...fields, error: describe(error) });
       else this.log.error("operation outcome not recorded", { ...fields, error: describe(error) });
     }
   }

@@ -1,5 +1,5 @@
 // The conformance kinds of the errors the helpers raise (PROTOCOL.md, "Errors
-// and their conformance kinds"), shared by the scenarios (conformance.test.ts)
+// and their conformance kinds"), shared by the run-once scenarios (conformance.test.ts)
 // and the decision vectors (decisions.test.ts).
 import {
   BusinessError,

@@ -33,6 +33,8 @@ export interface FaultProxy {
   /** host:port the proxy serves on. */
   address: string;
   logPath: string;
+  /** The log's lines written so far (comment lines included). */
+  lines(): string[];
   /** Ends stdin, waits for the exit, returns every log line (comment lines included). */
   close(): Promise<string[]>;
   /** Settles once the proxy has exited and its stdout and stderr are read. */
@@ -110,5 +112,5 @@ export async function startProxy(upstream: string, faults: unknown[] = [], expec
     rmSync(dir, { recursive: true, force: true });
     throw new Error(`opreg-fault-proxy did not print "listening HOST:PORT" (${first ?? exitStatus ?? "timeout"}):\n${stderr}`);
   }
-  return { address: match[1], logPath, close, exited };
+  return { address: match[1], logPath, lines: readLog, close, exited };
 }

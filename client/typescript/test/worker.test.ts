@@ -302,7 +302,7 @@ describe("worker", () => {
     }
   });
 
-  test("graceful stop: past the grace period the work's signal aborts and its outcome is recorded", T, async () => {
+  test("graceful stop: past the grace period the work's signal aborts and its outcome is dropped", T, async () => {
     const ns = namespace("grace");
     const key = `stuck:${randomUUID()}`;
     await seedRetry(client, ns, key, { n: 1 });
@@ -327,9 +327,13 @@ describe("worker", () => {
     const elapsed = Date.now() - stoppedAt;
     assert.ok(elapsed >= 250 && elapsed < 5_000, `stopped after ${elapsed} ms`);
     assert.equal((reason as Error | undefined)?.name, "AbortError");
-    const found = await client.lookup({ namespace: ns, operationKey: key });
-    assert.equal(found.operation!.status, OperationStatus.OPERATION_STATUS_RETRY_SCHEDULED);
-    assert.equal(found.operation!.lastErrorClass, "AbortError");
+    const found = await client.lookup({ namespace: ns, operationKey: key, includeExecutions: true });
+    assert.equal(found.operation!.status, OperationStatus.OPERATION_STATUS_IN_PROGRESS, "nothing was reported: the lease lapses");
+    assert.equal(found.executions.at(-1)?.outcome, ExecutionOutcome.EXECUTION_OUTCOME_RUNNING);
+    assert.deepEqual(
+      w.logger.lines.map((l) => l.message),
+      ["grace period over; the outcome was dropped"],
+    );
   });
 
   test("a hold revokes the worker's lease: the handler's signal aborts, nothing is reported", T, async () => {
