@@ -4,7 +4,8 @@
 # scratch directory, builds opreg-server there as the Dockerfile does
 # (--locked, without the embedded PostgreSQL; debug, not release, to keep CI
 # quick, and --offline because CI has fetched every crate already), and checks
-# that the binary refuses to start without a database URL.
+# that the binary refuses to start without a database URL. The compose file's
+# build must be this same build, and the image must run as a non-root user.
 #
 #   deploy/check-image-context.sh
 set -euo pipefail
@@ -40,4 +41,24 @@ if [[ $code -ne 2 ]] || ! grep -q "no embedded PostgreSQL" <<<"$refused"; then
   echo "$refused" >&2
   exit 1
 fi
-echo "image context: the builder stage's COPY lines build opreg-server; without a URL it refuses to start"
+
+# deploy/compose.yaml builds the image from the repository root with this
+# Dockerfile (its paths are relative to deploy/), so the check above covers it.
+builds=$(awk '
+  /^ +build:/ { building = 1; next }
+  building && /context:/ { context = $2 }
+  building && /dockerfile:/ { print context, $2; building = 0 }
+' "$repo/deploy/compose.yaml")
+if [[ "$builds" != ".. deploy/Dockerfile" ]]; then
+  echo "deploy/compose.yaml must build from context .. with deploy/Dockerfile (the build checked here); it has: ${builds:-no build}" >&2
+  exit 1
+fi
+
+# The runtime stage's last USER names a numeric, non-root user.
+user=$(awk '/^FROM / { user = "" } /^USER / { user = $2 } END { print user }' "$repo/deploy/Dockerfile")
+if [[ ! "$user" =~ ^[0-9]+(:[0-9]+)?$ || "${user%%:*}" == 0 ]]; then
+  echo "the image's last stage must run as a numeric non-root USER; it has: ${user:-none}" >&2
+  exit 1
+fi
+echo "image context: the builder stage's COPY lines build opreg-server; without a URL it refuses to start;"
+echo "  compose builds the same image; it runs as user $user"
