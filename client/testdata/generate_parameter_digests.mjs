@@ -31,6 +31,7 @@ const cases = [
   ["non-ASCII text stays literal", '{"name": "Zoë 東京 \\u2028"}'],
   ["names sort by UTF-16 code units", '{"\\ufb33": 1, "\\ud83d\\ude00": 2, "a": 3, "\\u00e9": 4}'],
   ["booleans and arrays", '{"flags": [true, false], "empty": []}'],
+  ["shortest digits on a rounding tie", '{"n": -272609761866344381, "m": 2.5e-323}'],
 ];
 
 const vectors = cases.map(([name, input]) => {
