@@ -13,6 +13,7 @@ pub mod app;
 pub mod config;
 pub mod domain;
 pub mod grpc;
+pub mod in_transaction;
 pub mod maintenance;
 pub mod monitor;
 pub mod registry;

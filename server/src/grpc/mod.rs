@@ -5,7 +5,7 @@ mod admin;
 mod batch;
 /// Public for the fuzz targets (`fuzz/`), which feed it arbitrary messages.
 pub mod requests;
-mod responses;
+pub(crate) mod responses;
 pub(crate) mod status;
 
 use std::sync::Arc;

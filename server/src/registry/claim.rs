@@ -207,6 +207,28 @@ impl Registry {
     }
 }
 
+/// A Claim on the caller's own connection, inside its transaction (the
+/// transactional door): the registration statement a gathered Claim shares,
+/// then the same decision and transition, all on `db`. A racing registration
+/// not yet committed is waited on by the statement and read once it has.
+pub(crate) async fn claim_on(db: &mut PgConnection, claim: &ClaimCommand) -> Result<ClaimAnswer> {
+    let gathered = match &claim.compensates {
+        Some(original) => Some(register_compensation(db, claim, original).await?),
+        None => super::gather::register_in_order(db, &[claim])
+            .await?
+            .pop()
+            .unwrap_or(Ok(None))?,
+    };
+    match gathered {
+        Some(Registration::Registered(answer)) => Ok(answer),
+        Some(Registration::Exists(observed)) => conclude(db, claim, observed).await,
+        None => {
+            let observed = find_registered(db, claim).await?;
+            conclude(db, claim, observed).await
+        }
+    }
+}
+
 /// A claim that needs a session of its own.
 enum FollowUp {
     /// A compensation: never in a shared statement.

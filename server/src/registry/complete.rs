@@ -88,8 +88,9 @@ impl Registry {
     }
 }
 
-/// Decides from the stored state, then records what it decided.
-async fn complete_on(
+/// Decides from the stored state, then records what it decided; on the
+/// caller's connection too (the transactional door).
+pub(crate) async fn complete_on(
     connection: &mut PgConnection,
     command: &CompleteCommand,
 ) -> Result<Operation> {

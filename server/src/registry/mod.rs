@@ -29,8 +29,11 @@ use replays::Replays;
 
 pub use admin::AdminChange;
 pub use claim::ClaimAnswer;
+pub(crate) use claim::claim_on;
+pub(crate) use complete::complete_on;
 pub use gather::GatherSettings;
 pub use maintenance::{MaintenancePass, MaintenanceSettings};
+pub(crate) use read::lookup_on;
 pub use read::{LookupAnswer, QueuePage};
 pub use replays::ReplaySettings;
 

@@ -1,5 +1,7 @@
 //! Lookup, GetResource and the operator's queue: plain reads.
 
+use sqlx::PgConnection;
+
 use super::Registry;
 use crate::domain::admin::AuditEntry;
 use crate::domain::commands::{ListQuery, LookupQuery, PageCursor, ResourceQuery};
@@ -24,29 +26,7 @@ pub struct QueuePage {
 
 impl Registry {
     pub async fn lookup(&self, query: &LookupQuery) -> Result<LookupAnswer> {
-        let (namespace, key) = (&query.namespace, &query.operation_key);
-        self.run(async |db| {
-            let operation = operations::find(&mut *db, namespace, key)
-                .await?
-                .ok_or(RegistryError::OperationNotFound)?
-                .operation;
-            let executions = if query.include_executions {
-                executions::list(&mut *db, namespace, key).await?
-            } else {
-                Vec::new()
-            };
-            let audit = if query.include_audit {
-                audit::list(&mut *db, namespace, key).await?
-            } else {
-                Vec::new()
-            };
-            Ok(LookupAnswer {
-                operation,
-                executions,
-                audit,
-            })
-        })
-        .await
+        self.run(async |db| lookup_on(db, query).await).await
     }
 
     pub async fn get_resource(&self, query: &ResourceQuery) -> Result<Resource> {
@@ -74,4 +54,29 @@ impl Registry {
         };
         Ok(QueuePage { operations, next })
     }
+}
+
+/// A Lookup on `db`: the server's own session, or the caller's transaction
+/// (the transactional door), which then sees its own uncommitted changes.
+pub(crate) async fn lookup_on(db: &mut PgConnection, query: &LookupQuery) -> Result<LookupAnswer> {
+    let (namespace, key) = (&query.namespace, &query.operation_key);
+    let operation = operations::find(&mut *db, namespace, key)
+        .await?
+        .ok_or(RegistryError::OperationNotFound)?
+        .operation;
+    let executions = if query.include_executions {
+        executions::list(&mut *db, namespace, key).await?
+    } else {
+        Vec::new()
+    };
+    let audit = if query.include_audit {
+        audit::list(&mut *db, namespace, key).await?
+    } else {
+        Vec::new()
+    };
+    Ok(LookupAnswer {
+        operation,
+        executions,
+        audit,
+    })
 }

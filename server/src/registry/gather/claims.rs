@@ -43,7 +43,7 @@ impl Batch for Claims {
 
 /// The statement for the distinct keys, then the answers in sequence: a
 /// later claim of a key observes what the first one left.
-async fn register_in_order(
+pub(in crate::registry) async fn register_in_order(
     db: &mut PgConnection,
     claims: &[&ClaimCommand],
 ) -> Result<Vec<Result<Gathered>>> {

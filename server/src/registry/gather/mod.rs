@@ -22,7 +22,7 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use crate::domain::error::{RegistryError, Result};
 use crate::store::{Sessions, StoreHealth};
 
-pub(super) use claims::{Claims, Gathered};
+pub(super) use claims::{Claims, Gathered, register_in_order};
 pub(super) use reports::Reports;
 
 /// How many writers a kind of call has, and how much one statement takes.

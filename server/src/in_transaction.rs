@@ -1,0 +1,96 @@
+//! The transactional door for Rust services whose data lives in opreg's
+//! PostgreSQL: Claim, Complete and Lookup on the caller's own connection,
+//! inside its own transaction, with no opreg server in between. The operation
+//! record and the business write then commit together, or roll back together
+//! and leave no trace.
+//!
+//! The door speaks the contract's messages and answers as the server would:
+//! requests are checked by the same code as at the gRPC edge
+//! (`grpc/requests.rs`), and each use case is the registry's own, on the
+//! connection given (`registry::claim_on`, `complete_on`, `lookup_on`), so the
+//! statements are the server's, not a copy. What differs is only what the
+//! server adds around them: no shared statements with other callers, no
+//! replay cache, no rate limits, and no namespace policy (the database role is
+//! the boundary).
+//!
+//! ```no_run
+//! # async fn example(pool: sqlx::PgPool, claim: opreg_proto::v1::ClaimRequest,
+//! #     complete: opreg_proto::v1::CompleteRequest) -> Result<(), Box<dyn std::error::Error>> {
+//! use opreg_server::config::Config;
+//! use opreg_server::in_transaction::InTransaction;
+//!
+//! let door = InTransaction::new(Config::defaults().request_limits()?);
+//! let mut tx = pool.begin().await?;
+//! let claimed = door.claim(&mut tx, claim).await?;
+//! // ... the business writes, on &mut *tx, fenced by claimed.lease ...
+//! door.complete(&mut tx, complete).await?;
+//! tx.commit().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The transaction must run at READ COMMITTED (PostgreSQL's default): a
+//! second Claim of a key another transaction registered and has not committed
+//! waits for that transaction, then answers from what it committed, or
+//! registers the key itself if it rolled back; at REPEATABLE READ or above
+//! PostgreSQL refuses that second Claim with a serialization failure instead.
+
+use opreg_proto::v1 as pb;
+use sqlx::PgConnection;
+
+use crate::domain::error::RegistryError;
+use crate::grpc::requests::{self, RequestLimits};
+use crate::grpc::responses::{self, Parameters};
+use crate::registry;
+
+/// Claim, Complete and Lookup inside a caller's transaction, checked against
+/// `limits` as the server checks its requests.
+#[derive(Clone, Debug)]
+pub struct InTransaction {
+    limits: RequestLimits,
+}
+
+impl InTransaction {
+    pub fn new(limits: RequestLimits) -> Self {
+        Self { limits }
+    }
+
+    /// Registers the operation or answers from what exists, as Claim does; the
+    /// registration is the caller's until its transaction commits.
+    pub async fn claim(
+        &self,
+        db: &mut PgConnection,
+        request: pb::ClaimRequest,
+    ) -> Result<pb::ClaimResponse, RegistryError> {
+        let command = requests::claim(request, &self.limits)?;
+        registry::claim_on(db, &command).await.map(responses::claim)
+    }
+
+    /// Records an outcome under a fencing token, as Complete does.
+    pub async fn complete(
+        &self,
+        db: &mut PgConnection,
+        request: pb::CompleteRequest,
+    ) -> Result<pb::CompleteResponse, RegistryError> {
+        let command = requests::complete(request, &self.limits)?;
+        let operation = registry::complete_on(db, &command).await?;
+        Ok(pb::CompleteResponse {
+            operation: Some(responses::operation(operation, Parameters::Omitted)),
+        })
+    }
+
+    /// The operation as this transaction sees it, its own changes included.
+    pub async fn lookup(
+        &self,
+        db: &mut PgConnection,
+        request: pb::LookupRequest,
+    ) -> Result<pb::LookupResponse, RegistryError> {
+        let parameters = if request.include_parameters {
+            Parameters::Included
+        } else {
+            Parameters::Omitted
+        };
+        let query = requests::lookup(request)?;
+        let answer = registry::lookup_on(db, &query).await?;
+        Ok(responses::lookup(answer, parameters))
+    }
+}
