@@ -7,7 +7,8 @@
 //! The door speaks the contract's messages and answers as the server would:
 //! requests are checked by the same code as at the gRPC edge
 //! (`grpc/requests.rs`), and each use case is the registry's own, on the
-//! connection given (`registry::claim_on`, `complete_on`, `lookup_on`), so the
+//! connection given (`registry::claim_on`, `complete_in_transaction`,
+//! `lookup_on`), so the
 //! statements are the server's, not a copy. What differs is only what the
 //! server adds around them: no shared statements with other callers, no
 //! replay cache, no rate limits, and no namespace policy (the database role is
@@ -19,6 +20,7 @@
 //! use opreg_server::config::Config;
 //! use opreg_server::in_transaction::InTransaction;
 //!
+//! // The pool is made with in_transaction::connect_options(...).
 //! let door = InTransaction::new(Config::defaults().request_limits()?);
 //! let mut tx = pool.begin().await?;
 //! let claimed = door.claim(&mut tx, claim).await?;
@@ -36,11 +38,23 @@
 
 use opreg_proto::v1 as pb;
 use sqlx::PgConnection;
+use sqlx::postgres::PgConnectOptions;
 
 use crate::domain::error::RegistryError;
 use crate::grpc::requests::{self, RequestLimits};
 use crate::grpc::responses::{self, Parameters};
 use crate::registry;
+
+/// The connection setting the registry's statements are written for, as on
+/// the server's own sessions (`store/session.rs`): plans made once per
+/// connection and kept (`plan_cache_mode = force_generic_plan`). Give it to
+/// the pool whose transactions use the door; without it PostgreSQL plans each
+/// Claim and Complete afresh, which costs several times running them. The
+/// pool's other statements are then planned once too: keep a pool of their
+/// own for statements that need a plan per call.
+pub fn connect_options(options: PgConnectOptions) -> PgConnectOptions {
+    options.options([("plan_cache_mode", "force_generic_plan")])
+}
 
 /// Claim, Complete and Lookup inside a caller's transaction, checked against
 /// `limits` as the server checks its requests.
@@ -72,7 +86,7 @@ impl InTransaction {
         request: pb::CompleteRequest,
     ) -> Result<pb::CompleteResponse, RegistryError> {
         let command = requests::complete(request, &self.limits)?;
-        let operation = registry::complete_on(db, &command).await?;
+        let operation = registry::complete_in_transaction(db, &command).await?;
         Ok(pb::CompleteResponse {
             operation: Some(responses::operation(operation, Parameters::Omitted)),
         })

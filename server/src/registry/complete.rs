@@ -88,9 +88,24 @@ impl Registry {
     }
 }
 
-/// Decides from the stored state, then records what it decided; on the
-/// caller's connection too (the transactional door).
-pub(crate) async fn complete_on(
+/// A Complete on the caller's own connection (the transactional door), as
+/// [`Registry::complete`] takes it: the current holder's report is recorded
+/// by the one guarded statement the server shares between reports; anything
+/// else decides from the stored state.
+pub(crate) async fn complete_in_transaction(
+    connection: &mut PgConnection,
+    command: &CompleteCommand,
+) -> Result<Operation> {
+    if let Some(transition) = command.report.settled_transition()
+        && let Some(recorded) = record(connection, command, transition).await?
+    {
+        return Ok(recorded);
+    }
+    complete_on(connection, command).await
+}
+
+/// Decides from the stored state, then records what it decided.
+async fn complete_on(
     connection: &mut PgConnection,
     command: &CompleteCommand,
 ) -> Result<Operation> {

@@ -30,7 +30,7 @@ use replays::Replays;
 pub use admin::AdminChange;
 pub use claim::ClaimAnswer;
 pub(crate) use claim::claim_on;
-pub(crate) use complete::complete_on;
+pub(crate) use complete::complete_in_transaction;
 pub use gather::GatherSettings;
 pub use maintenance::{MaintenancePass, MaintenanceSettings};
 pub(crate) use read::lookup_on;

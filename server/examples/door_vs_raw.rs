@@ -1,0 +1,388 @@
+//! The transactional door against the raw SQL a team would otherwise write,
+//! side by side on one PostgreSQL, in one run. Each iteration is one short
+//! transaction: register the operation, debit an account, record success,
+//! commit. The raw path is three statements on a table of its own; the door
+//! path is `InTransaction::claim`, the same debit and `InTransaction::complete`.
+//! Both fingerprint the parameters in this process, and share one pool with
+//! the door's connection setting (`in_transaction::connect_options`; without
+//! it PostgreSQL plans the registry's statements on every call). Each path
+//! first runs unmeasured, then the tables are analysed and the measuring pool
+//! connects. Rounds alternate (raw, door, raw, door) so that a noisy machine
+//! weighs on both alike.
+//!
+//!     cargo run --release -p opreg-server --example door_vs_raw -- \
+//!         [--seconds 10] [--concurrency 8] [--database-url URL]
+//!
+//! Without a URL it starts an embedded PostgreSQL (durable commits) in a
+//! scratch directory. It prints, per path: transactions, throughput, and the
+//! CPU per transaction of PostgreSQL (the postmaster, its reaped children and
+//! every live child, from /proc: the database must be local) and of this
+//! process (the door's own code runs here).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use opreg_embedded::{EmbeddedOptions, EmbeddedPostgres};
+use opreg_proto::parameters::Fingerprint;
+use opreg_proto::v1 as pb;
+use opreg_server::config::Config;
+use opreg_server::in_transaction::{self, InTransaction};
+use opreg_server::store;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Connection, PgConnection};
+
+const ACCOUNTS: i64 = 1_000;
+const ROUNDS_PER_PATH: usize = 2;
+/// Each path runs this long, unmeasured, before the rounds.
+const WARM_UP: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Seconds each round runs (two rounds per path).
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Transactions in flight.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// A local PostgreSQL to use instead of an embedded one.
+    #[arg(long)]
+    database_url: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    Raw,
+    Door,
+}
+
+impl Path {
+    fn name(self) -> &'static str {
+        match self {
+            Path::Raw => "raw SQL",
+            Path::Door => "transactional door",
+        }
+    }
+}
+
+/// What one path spent over its rounds.
+#[derive(Debug, Default)]
+struct Spent {
+    transactions: u64,
+    wall: Duration,
+    postgres_seconds: f64,
+    own_seconds: f64,
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    // The embedded cluster stops with the thread that started it: this one.
+    let scratch = std::env::temp_dir().join(format!("opreg-door-vs-raw-{}", std::process::id()));
+    let embedded = match &args.database_url {
+        Some(_) => None,
+        None => Some(EmbeddedPostgres::start(&EmbeddedOptions {
+            root: scratch.clone(),
+            bin_dir: None,
+            ephemeral: false,
+        })?),
+    };
+    let options: PgConnectOptions = match (&args.database_url, &embedded) {
+        (Some(url), _) => url.parse()?,
+        (None, Some(cluster)) => cluster.connect_options("postgres"),
+        (None, None) => unreachable!("a cluster was started without a URL"),
+    };
+    let outcome = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(compare(&args, options));
+    drop(embedded);
+    let _ = std::fs::remove_dir_all(&scratch);
+    outcome
+}
+
+async fn compare(args: &Args, options: PgConnectOptions) -> Result<(), Box<dyn std::error::Error>> {
+    let door = InTransaction::new(Config::defaults().request_limits()?);
+    let round = Duration::from_secs(args.seconds);
+    let options = in_transaction::connect_options(options);
+    // A connection plans each statement once, when it first runs it: planned
+    // on empty tables, the recording statement scans `operations` on every
+    // call from then on (ARCHITECTURE, "Known limits"). The rounds measure
+    // connections opened once both paths have rows and statistics.
+    let warming = pool_of(&options, args.concurrency).await?;
+    prepare(&warming).await?;
+    for (number, path) in [Path::Raw, Path::Door].into_iter().enumerate() {
+        run_round(&warming, &door, path, number, args.concurrency, WARM_UP).await?;
+    }
+    sqlx::raw_sql("ANALYZE").execute(&warming).await?;
+    warming.close().await;
+    let pool = pool_of(&options, args.concurrency).await?;
+    let postmaster = postmaster_of(&pool).await?;
+    let mut spent = [Spent::default(), Spent::default()];
+    for number in 2..2 + ROUNDS_PER_PATH * 2 {
+        let path = if number % 2 == 0 {
+            Path::Raw
+        } else {
+            Path::Door
+        };
+        let before = (
+            postgres_seconds(postmaster)?,
+            own_seconds()?,
+            Instant::now(),
+        );
+        let transactions = run_round(&pool, &door, path, number, args.concurrency, round).await?;
+        let total = &mut spent[number % 2];
+        total.transactions += transactions;
+        total.wall += before.2.elapsed();
+        total.postgres_seconds += postgres_seconds(postmaster)? - before.0;
+        total.own_seconds += own_seconds()? - before.1;
+    }
+    report(args, &spent);
+    Ok(())
+}
+
+async fn pool_of(
+    options: &PgConnectOptions,
+    concurrency: usize,
+) -> Result<PgPool, Box<dyn std::error::Error>> {
+    let connections = u32::try_from(concurrency)?;
+    Ok(PgPoolOptions::new()
+        .min_connections(connections)
+        .max_connections(connections)
+        .connect_with(options.clone())
+        .await?)
+}
+
+/// The migrated registry, the accounts and the raw path's table.
+async fn prepare(pool: &PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    store::MIGRATOR.run(pool).await?;
+    sqlx::raw_sql(
+        "DROP TABLE IF EXISTS bench_accounts, raw_operations;
+         DROP SEQUENCE IF EXISTS raw_tokens;
+         CREATE TABLE bench_accounts (id bigint PRIMARY KEY, balance bigint NOT NULL);
+         INSERT INTO bench_accounts SELECT id, 1000000000 FROM generate_series(0, 999) AS id;
+         CREATE SEQUENCE raw_tokens;
+         CREATE TABLE raw_operations (
+             operation_key text PRIMARY KEY, digest bytea NOT NULL, status text NOT NULL,
+             fencing_token bigint NOT NULL, lease_expires_at timestamptz, result bytea);",
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+async fn run_round(
+    pool: &PgPool,
+    door: &InTransaction,
+    path: Path,
+    round: usize,
+    concurrency: usize,
+    length: Duration,
+) -> Result<u64, sqlx::Error> {
+    let until = Instant::now() + length;
+    // Keys of their own in every run: a database given twice keeps the last run's.
+    let run = std::process::id();
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..concurrency {
+        let (pool, door) = (pool.clone(), door.clone());
+        tasks.spawn(async move {
+            let mut done = 0u64;
+            while Instant::now() < until {
+                let key = format!("{run}-{round}-{task}-{done}");
+                let account = i64::try_from(done).unwrap_or(0) % ACCOUNTS;
+                let mut db = pool.acquire().await?;
+                match path {
+                    Path::Raw => raw_transaction(&mut db, &key, account).await?,
+                    Path::Door => door_transaction(&mut db, &door, &key, account).await?,
+                }
+                done += 1;
+            }
+            Ok::<u64, sqlx::Error>(done)
+        });
+    }
+    let mut transactions = 0;
+    while let Some(finished) = tasks.join_next().await {
+        transactions += finished.expect("a round's task panicked")?;
+    }
+    Ok(transactions)
+}
+
+fn parameters(account: i64) -> serde_json::Value {
+    serde_json::json!({"account": account, "amount": 1})
+}
+
+async fn debit(db: &mut PgConnection, account: i64) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE bench_accounts SET balance = balance - 1 WHERE id = $1")
+        .bind(account)
+        .execute(db)
+        .await
+        .map(drop)
+}
+
+/// What a team writes by hand: a guarded insert, the debit, a guarded update.
+async fn raw_transaction(
+    db: &mut PgConnection,
+    key: &str,
+    account: i64,
+) -> Result<(), sqlx::Error> {
+    let digest = Fingerprint::from_json(&parameters(account))
+        .expect("finite parameters")
+        .digest;
+    let mut tx = db.begin().await?;
+    let token: i64 = sqlx::query_scalar(
+        "INSERT INTO raw_operations VALUES ($1, $2, 'in_progress', nextval('raw_tokens'),
+             clock_timestamp() + interval '30 seconds', NULL)
+         ON CONFLICT DO NOTHING RETURNING fencing_token",
+    )
+    .bind(key)
+    .bind(digest)
+    .fetch_one(&mut *tx)
+    .await?;
+    debit(&mut tx, account).await?;
+    sqlx::query(
+        "UPDATE raw_operations SET status = 'succeeded', result = 'debited', lease_expires_at = NULL
+         WHERE operation_key = $1 AND fencing_token = $2 AND status = 'in_progress'",
+    )
+    .bind(key)
+    .bind(token)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await
+}
+
+/// The same through the door.
+async fn door_transaction(
+    db: &mut PgConnection,
+    door: &InTransaction,
+    key: &str,
+    account: i64,
+) -> Result<(), sqlx::Error> {
+    let mut tx = db.begin().await?;
+    let claimed = door
+        .claim(
+            &mut tx,
+            pb::ClaimRequest {
+                namespace: "bench".into(),
+                operation_key: key.into(),
+                fingerprint: Some(pb::claim_request::Fingerprint::Parameters(
+                    opreg_proto::parameters::json_to_struct(parameters(account)),
+                )),
+                owner: "door-vs-raw".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("a new key is acquired");
+    let token = claimed
+        .lease
+        .expect("an acquired claim has a lease")
+        .fencing_token;
+    debit(&mut tx, account).await?;
+    door.complete(
+        &mut tx,
+        pb::CompleteRequest {
+            namespace: "bench".into(),
+            operation_key: key.into(),
+            fencing_token: token,
+            outcome: Some(pb::complete_request::Outcome::Success(pb::Success {
+                result: b"debited".to_vec(),
+                result_ref: String::new(),
+            })),
+        },
+    )
+    .await
+    .expect("the holder's report is recorded");
+    tx.commit().await
+}
+
+fn report(args: &Args, spent: &[Spent; 2]) {
+    println!(
+        "door vs raw SQL: {} in flight, {} rounds of {} s per path (claim + debit + complete, one commit)",
+        args.concurrency, ROUNDS_PER_PATH, args.seconds
+    );
+    println!(
+        "{:<20} {:>12} {:>10} {:>16} {:>16} {:>16}",
+        "path", "transactions", "per s", "PostgreSQL µs", "this process µs", "sum µs"
+    );
+    let per = |seconds: f64, spent: &Spent| seconds * 1e6 / spent.transactions.max(1) as f64;
+    let mut sums = [0.0; 2];
+    for (index, (path, spent)) in [Path::Raw, Path::Door].iter().zip(spent).enumerate() {
+        let (postgres, own) = (
+            per(spent.postgres_seconds, spent),
+            per(spent.own_seconds, spent),
+        );
+        sums[index] = postgres + own;
+        println!(
+            "{:<20} {:>12} {:>10.0} {:>16.1} {:>16.1} {:>16.1}",
+            path.name(),
+            spent.transactions,
+            spent.transactions as f64 / spent.wall.as_secs_f64(),
+            postgres,
+            own,
+            postgres + own
+        );
+    }
+    println!(
+        "the door costs {:.2}x the raw SQL's CPU per transaction",
+        sums[1] / sums[0].max(f64::MIN_POSITIVE)
+    );
+}
+
+/// The postmaster: the parent of this pool's backends.
+async fn postmaster_of(pool: &PgPool) -> Result<u32, Box<dyn std::error::Error>> {
+    let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(pool)
+        .await?;
+    let fields = stat_fields(u32::try_from(backend)?)?;
+    Ok(fields[1].parse()?)
+}
+
+/// Linux's USER_HZ: the unit of the times in /proc/PID/stat.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// The fields of /proc/PID/stat after the command name (state first).
+fn stat_fields(pid: u32) -> std::io::Result<Vec<String>> {
+    let text = std::fs::read_to_string(PathBuf::from(format!("/proc/{pid}/stat")))?;
+    let after_name = text.rfind(')').map_or(0, |end| end + 2);
+    Ok(text[after_name..]
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect())
+}
+
+fn seconds_of(fields: &[String], at: usize) -> f64 {
+    fields
+        .get(at)
+        .and_then(|f| f.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / TICKS_PER_SECOND
+}
+
+/// User plus system time of a process from its stat fields (utime, stime).
+fn own_of(fields: &[String]) -> f64 {
+    seconds_of(fields, 11) + seconds_of(fields, 12)
+}
+
+fn own_seconds() -> std::io::Result<f64> {
+    Ok(own_of(&stat_fields(std::process::id())?))
+}
+
+/// The postmaster, its reaped children and every live child.
+fn postgres_seconds(postmaster: u32) -> std::io::Result<f64> {
+    let fields = stat_fields(postmaster)?;
+    let mut total = own_of(&fields) + seconds_of(&fields, 13) + seconds_of(&fields, 14);
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Ok(child) = stat_fields(pid)
+            && child.get(1).map(String::as_str) == Some(postmaster.to_string().as_str())
+        {
+            total += own_of(&child);
+        }
+    }
+    Ok(total)
+}
