@@ -1,7 +1,9 @@
-//! The SQL door's parameter fingerprint (`opreg.parameters_digest`, in
-//! `migrations/20261204000001_sql_door_parameters.sql`) is the server's: it
-//! passes every shared vector, agrees with `opreg_proto::parameters` on random
-//! documents, and is what a gRPC Claim of the same parameters stores.
+//! The SQL door (schema `opreg`, `migrations/20261204*`). Its parameter
+//! fingerprint (`opreg.parameters_digest`) is the server's: it passes every
+//! shared vector, agrees with `opreg_proto::parameters` on random documents,
+//! and is what a gRPC Claim of the same parameters stores. Its Lookup
+//! (`opreg.lookup`) answers what the gRPC door recorded. Refusals carry the
+//! contract's reason as the message detail.
 
 mod common;
 
@@ -90,13 +92,67 @@ async fn parameters_that_are_no_object_or_no_double_are_refused_with_the_contrac
     let app = spawn_app().await;
     for refused in ["[1, 2]", "\"text\"", "{\"amount\": 1e400}"] {
         let error = sql_fingerprint(&app, refused).await.unwrap_err();
-        let database = error.as_database_error().expect("a database error");
-        assert_eq!(database.code().as_deref(), Some("22023"), "{refused}");
-        let detail = database
-            .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-            .and_then(|error| error.detail());
-        assert_eq!(detail, Some("INVALID_ARGUMENT"), "{refused}");
+        assert_eq!(
+            refusal(&error),
+            ("22023".into(), "INVALID_ARGUMENT".into()),
+            "{refused}"
+        );
     }
+}
+
+/// A refusal's SQLSTATE and detail (the contract's reason).
+fn refusal(error: &sqlx::Error) -> (String, String) {
+    let database = error
+        .as_database_error()
+        .and_then(|error| error.try_downcast_ref::<sqlx::postgres::PgDatabaseError>())
+        .unwrap_or_else(|| panic!("a database error, not {error:?}"));
+    (
+        database.code().to_owned(),
+        database.detail().unwrap_or_default().to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_sql_lookup_answers_what_the_grpc_door_recorded() {
+    let mut app = spawn_app().await;
+    let claimed = claim(
+        &mut app.client,
+        claim_request("sql-door", "looked-up", "grpc", json!({"amount": 1})),
+    )
+    .await;
+    let lookup = |key: &'static str| {
+        sqlx::query_as::<_, (String, i64, Option<Vec<u8>>, Option<String>)>(
+            "SELECT status, fencing_token, result, lease_owner FROM opreg.lookup('sql-door', $1)",
+        )
+        .bind(key)
+        .fetch_one(&app.db)
+    };
+    let token = i64::try_from(token(&claimed)).unwrap();
+    assert_eq!(
+        lookup("looked-up").await.unwrap(),
+        ("IN_PROGRESS".into(), token, None, Some("grpc".into()))
+    );
+    app.client
+        .complete(complete_request(
+            "sql-door",
+            "looked-up",
+            token.try_into().unwrap(),
+            success(b"paid"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        lookup("looked-up").await.unwrap(),
+        ("SUCCEEDED".into(), token, Some(b"paid".to_vec()), None)
+    );
+    assert_eq!(
+        refusal(&lookup("missing").await.unwrap_err()),
+        ("P0002".into(), "OPERATION_NOT_FOUND".into())
+    );
+    assert_eq!(
+        refusal(&lookup("").await.unwrap_err()),
+        ("22023".into(), "INVALID_ARGUMENT".into())
+    );
 }
 
 /// Characters where canonical forms differ: escapes, controls, DEL, line
