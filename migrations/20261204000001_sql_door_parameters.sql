@@ -4,13 +4,19 @@
 -- server and every client compute (proto/parameters.rs states the rule;
 -- client/testdata/parameter_digests.json holds the vectors all of them pass):
 --
---   SELECT opreg.parameters_digest('{"amount": 100, "account": "A"}');
+--   SELECT opreg_sql.parameters_digest('{"amount": 100, "account": "A"}');
 --
 -- Every function here is IMMUTABLE and reads no table.
+--
+-- Not named `opreg`: the role that runs the registry is usually called that,
+-- and PostgreSQL's default search path begins with "$user". A schema named
+-- like the role would come first in every session's path, so sqlx would keep
+-- a new, empty migrations table there and run every migration again at the
+-- next start (tests/maintenance.rs's replicas showed it).
 
-CREATE SCHEMA opreg;
+CREATE SCHEMA opreg_sql;
 
-COMMENT ON SCHEMA opreg IS
+COMMENT ON SCHEMA opreg_sql IS
     'opreg''s SQL door: claim, complete and look up operations inside the caller''s transaction';
 
 -- A number as ECMAScript's Number.prototype.toString writes the nearest
@@ -26,7 +32,7 @@ COMMENT ON SCHEMA opreg IS
 --   0 < n <= 21       s with the point after n digits
 --   -6 < n <= 0       0. then -n zeros, then s
 --   otherwise         s with a point after its first digit, e, the sign, n - 1
-CREATE FUNCTION opreg.canonical_number(value float8) RETURNS text
+CREATE FUNCTION opreg_sql.canonical_number(value float8) RETURNS text
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 SET extra_float_digits = 1
 AS $$
@@ -91,7 +97,7 @@ $$;
 -- A string in JSON with only ", \ and control characters below U+0020
 -- escaped (RFC 8785 §3.2.2.2): the short forms where JSON has them, else
 -- \u00xx.
-CREATE FUNCTION opreg.canonical_string(value text) RETURNS text
+CREATE FUNCTION opreg_sql.canonical_string(value text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
 DECLARE
@@ -120,7 +126,7 @@ $$;
 -- The UTF-16 code units of a name, big-endian: bytea order is then the order
 -- RFC 8785 sorts member names in (§3.2.3), which differs from code point
 -- order for characters beyond U+FFFF.
-CREATE FUNCTION opreg.utf16_sort_key(name text) RETURNS bytea
+CREATE FUNCTION opreg_sql.utf16_sort_key(name text) RETURNS bytea
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
 DECLARE
@@ -145,7 +151,7 @@ $$;
 -- The canonical text of a JSON value: members with a null value dropped at
 -- every depth (null inside an array is kept), members ordered by the UTF-16
 -- code units of their names, numbers and strings as above, no whitespace.
-CREATE FUNCTION opreg.canonical_json(value jsonb) RETURNS text
+CREATE FUNCTION opreg_sql.canonical_json(value jsonb) RETURNS text
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
 BEGIN
@@ -153,18 +159,18 @@ BEGIN
         WHEN 'object' THEN
             RETURN '{' || coalesce((
                 SELECT string_agg(
-                    opreg.canonical_string(name) || ':' || opreg.canonical_json(member), ','
-                    ORDER BY opreg.utf16_sort_key(name))
+                    opreg_sql.canonical_string(name) || ':' || opreg_sql.canonical_json(member), ','
+                    ORDER BY opreg_sql.utf16_sort_key(name))
                 FROM jsonb_each(value) AS members(name, member)
                 WHERE jsonb_typeof(member) <> 'null'
             ), '') || '}';
         WHEN 'array' THEN
             RETURN '[' || coalesce((
-                SELECT string_agg(opreg.canonical_json(item), ',' ORDER BY position)
+                SELECT string_agg(opreg_sql.canonical_json(item), ',' ORDER BY position)
                 FROM jsonb_array_elements(value) WITH ORDINALITY AS items(item, position)
             ), '') || ']';
         WHEN 'string' THEN
-            RETURN opreg.canonical_string(value #>> '{}');
+            RETURN opreg_sql.canonical_string(value #>> '{}');
         WHEN 'number' THEN
             -- JSON numbers are doubles to every other door; PostgreSQL's are
             -- exact, and one beyond a double's range would not convert.
@@ -172,7 +178,7 @@ BEGIN
                 RAISE EXCEPTION 'a parameter is beyond the range of a double'
                     USING ERRCODE = 'invalid_parameter_value', DETAIL = 'INVALID_ARGUMENT';
             END IF;
-            RETURN opreg.canonical_number((value #>> '{}')::float8);
+            RETURN opreg_sql.canonical_number((value #>> '{}')::float8);
         WHEN 'boolean' THEN
             RETURN value::text;
         ELSE
@@ -184,7 +190,7 @@ $$;
 -- The digest a Claim of these parameters registers: SHA-256 over the UTF-8
 -- bytes of their canonical text. Parameters are an object, as the contract's
 -- Struct is.
-CREATE FUNCTION opreg.parameters_digest(parameters jsonb) RETURNS bytea
+CREATE FUNCTION opreg_sql.parameters_digest(parameters jsonb) RETURNS bytea
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
 BEGIN
@@ -192,11 +198,11 @@ BEGIN
         RAISE EXCEPTION 'parameters must be a JSON object, not %', jsonb_typeof(parameters)
             USING ERRCODE = 'invalid_parameter_value', DETAIL = 'INVALID_ARGUMENT';
     END IF;
-    RETURN sha256(convert_to(opreg.canonical_json(parameters), 'UTF8'));
+    RETURN sha256(convert_to(opreg_sql.canonical_json(parameters), 'UTF8'));
 END
 $$;
 
-COMMENT ON FUNCTION opreg.parameters_digest(jsonb) IS
+COMMENT ON FUNCTION opreg_sql.parameters_digest(jsonb) IS
     'SHA-256 of the RFC 8785 text of the parameters (null members dropped): the digest a Claim registers';
-COMMENT ON FUNCTION opreg.canonical_json(jsonb) IS
+COMMENT ON FUNCTION opreg_sql.canonical_json(jsonb) IS
     'The canonical text a parameter digest is taken over (proto/parameters.rs)';

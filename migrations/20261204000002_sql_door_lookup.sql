@@ -1,13 +1,13 @@
 -- The SQL door's Lookup: "did my timed-out call commit?" from psql or from
 -- inside the caller's own transaction (which then sees its own changes).
 --
---   SELECT status, fencing_token, result FROM opreg.lookup('payouts', 'payout:42');
+--   SELECT status, fencing_token, result FROM opreg_sql.lookup('payouts', 'payout:42');
 --
 -- Statuses carry the contract's names (OperationStatus without its prefix).
 -- A key with no operation is SQLSTATE P0002 with detail OPERATION_NOT_FOUND,
 -- an empty namespace or key 22023 with INVALID_ARGUMENT, as Lookup answers.
 
-CREATE TYPE opreg.operation AS (
+CREATE TYPE opreg_sql.operation AS (
     namespace         text,
     operation_key     text,
     status            text,
@@ -28,17 +28,17 @@ CREATE TYPE opreg.operation AS (
     completed_at      timestamptz
 );
 
-COMMENT ON TYPE opreg.operation IS
+COMMENT ON TYPE opreg_sql.operation IS
     'An operation as Lookup answers it; status is IN_PROGRESS, SUCCEEDED, FAILED, RETRY_SCHEDULED, UNKNOWN or DEAD';
 
 -- The tables are found where the migrations created them (the search path
 -- they ran with), whatever the caller's search path is.
-CREATE FUNCTION opreg.lookup(namespace text, operation_key text) RETURNS opreg.operation
+CREATE FUNCTION opreg_sql.lookup(namespace text, operation_key text) RETURNS opreg_sql.operation
 LANGUAGE plpgsql STABLE STRICT
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    answer opreg.operation;
+    answer opreg_sql.operation;
 BEGIN
     IF namespace = '' OR operation_key = '' THEN
         RAISE EXCEPTION 'namespace and operation_key must not be empty'
@@ -59,5 +59,5 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION opreg.lookup(text, text) IS
+COMMENT ON FUNCTION opreg_sql.lookup(text, text) IS
     'The operation under (namespace, operation_key), as Lookup answers it; P0002 OPERATION_NOT_FOUND when there is none';

@@ -1,8 +1,8 @@
-//! The SQL door (schema `opreg`, `migrations/20261204*`). Its parameter
-//! fingerprint (`opreg.parameters_digest`) is the server's: it passes every
+//! The SQL door (schema `opreg_sql`, `migrations/20261204*`). Its parameter
+//! fingerprint (`opreg_sql.parameters_digest`) is the server's: it passes every
 //! shared vector, agrees with `opreg_proto::parameters` on random documents,
 //! and is what a gRPC Claim of the same parameters stores. Its Lookup
-//! (`opreg.lookup`) answers what the gRPC door recorded. Refusals carry the
+//! (`opreg_sql.lookup`) answers what the gRPC door recorded. Refusals carry the
 //! contract's reason as the message detail.
 
 mod common;
@@ -16,12 +16,14 @@ const VECTORS: &str = include_str!("../../client/testdata/parameter_digests.json
 /// Random documents compared with the server's canonical form.
 const RANDOM_DOCUMENTS: usize = 2000;
 
-/// `opreg.canonical_json` and `opreg.parameters_digest` of a JSON text.
+/// `opreg_sql.canonical_json` and `opreg_sql.parameters_digest` of a JSON text.
 async fn sql_fingerprint(app: &TestApp, json: &str) -> Result<(String, Vec<u8>), sqlx::Error> {
-    sqlx::query_as("SELECT opreg.canonical_json($1::jsonb), opreg.parameters_digest($1::jsonb)")
-        .bind(json)
-        .fetch_one(&app.db)
-        .await
+    sqlx::query_as(
+        "SELECT opreg_sql.canonical_json($1::jsonb), opreg_sql.parameters_digest($1::jsonb)",
+    )
+    .bind(json)
+    .fetch_one(&app.db)
+    .await
 }
 
 fn vectors() -> Vec<Value> {
@@ -60,7 +62,7 @@ async fn a_grpc_claim_stores_the_digest_the_sql_door_computes() {
         )
         .await;
         let (stored, computed): (Vec<u8>, Vec<u8>) = sqlx::query_as(
-            "SELECT parameters_digest, opreg.parameters_digest($3::jsonb)
+            "SELECT parameters_digest, opreg_sql.parameters_digest($3::jsonb)
              FROM operations WHERE namespace = $1 AND operation_key = $2",
         )
         .bind("sql-door")
@@ -122,7 +124,7 @@ async fn the_sql_lookup_answers_what_the_grpc_door_recorded() {
     .await;
     let lookup = |key: &'static str| {
         sqlx::query_as::<_, (String, i64, Option<Vec<u8>>, Option<String>)>(
-            "SELECT status, fencing_token, result, lease_owner FROM opreg.lookup('sql-door', $1)",
+            "SELECT status, fencing_token, result, lease_owner FROM opreg_sql.lookup('sql-door', $1)",
         )
         .bind(key)
         .fetch_one(&app.db)
