@@ -104,10 +104,10 @@ async fn compare(args: &Args, options: PgConnectOptions) -> Result<(), Box<dyn s
     let door = InTransaction::new(Config::defaults().request_limits()?);
     let round = Duration::from_secs(args.seconds);
     let options = in_transaction::connect_options(options);
-    // A connection plans each statement once, when it first runs it: planned
-    // on empty tables, the recording statement scans `operations` on every
-    // call from then on (ARCHITECTURE, "Known limits"). The rounds measure
-    // connections opened once both paths have rows and statistics.
+    // A connection plans each statement once, when it first runs it, and a
+    // plan made on empty tables may not suit full ones (ARCHITECTURE, "Known
+    // limits"). The rounds measure connections opened once both paths have
+    // rows and statistics.
     let warming = pool_of(&options, args.concurrency).await?;
     prepare(&warming).await?;
     for (number, path) in [Path::Raw, Path::Door].into_iter().enumerate() {

@@ -54,9 +54,10 @@ pub async fn record_outcomes(
          -- the planner probe the due index (whose predicate it implies) by
          -- namespace alone, through every live and dead lease of the namespace.
          current_lease AS MATERIALIZED (
-             SELECT wanted.*, clock_timestamp() AS recorded_at
+             SELECT wanted.*, locked.locked_row, clock_timestamp() AS recorded_at
              FROM wanted CROSS JOIN LATERAL (
-                 SELECT fencing_token, status, held_at, execution_token, execution_outcome_digest
+                 SELECT ctid AS locked_row, fencing_token, status, held_at, execution_token,
+                        execution_outcome_digest
                  FROM operations
                  WHERE namespace = w_namespace AND operation_key = w_key
                  LIMIT 1
@@ -67,7 +68,13 @@ pub async fn record_outcomes(
                AND locked.execution_token = w_token AND locked.execution_outcome_digest IS NULL
          )
          -- The execution the token started is the operation's current one:
-         -- it finishes and the operation moves in one row.
+         -- it finishes and the operation moves in one row. The row is the one
+         -- locked above, by its tuple id: a join by key would be planned once
+         -- per session, and a plan made while the table was empty scans it on
+         -- every call from then on. A version committed after this statement
+         -- began (a Renew between its snapshot and the lock) is not visible to
+         -- it, so such a report is left unrecorded here and decided on a
+         -- session of its own.
          UPDATE operations AS o SET
              status = w_status,
              result = w_result,
@@ -91,8 +98,7 @@ pub async fn record_outcomes(
              execution_message = w_message,
              execution_finished_at = recorded_at
          FROM current_lease
-         WHERE o.namespace = ANY($1) AND o.operation_key = ANY($2)
-           AND o.namespace = w_namespace AND o.operation_key = w_key
+         WHERE o.ctid = current_lease.locked_row
          RETURNING ",
         operation_columns!(),
     ))
