@@ -1,14 +1,16 @@
 //! The transactional door against the raw SQL a team would otherwise write,
 //! side by side on one PostgreSQL, in one run. Each iteration is one short
 //! transaction: register the operation, debit an account, record success,
-//! commit. The raw path is three statements on a table of its own; the door
-//! path is `InTransaction::claim`, the same debit and `InTransaction::complete`.
-//! Both fingerprint the parameters in this process, and share one pool with
-//! the door's connection setting (`in_transaction::connect_options`; without
-//! it PostgreSQL plans the registry's statements on every call). Each path
-//! first runs unmeasured, then the tables are analysed and the measuring pool
-//! connects. Rounds alternate (raw, door, raw, door) so that a noisy machine
-//! weighs on both alike.
+//! commit. The raw path is three statements on a table of its own; the Rust
+//! door is `InTransaction::claim`, the same debit and `InTransaction::complete`;
+//! the SQL door is `opreg_sql.claim`, the debit and `opreg_sql.complete`. The
+//! raw and Rust paths fingerprint the parameters in this process, the SQL door
+//! in PostgreSQL. All share one pool with the door's connection setting
+//! (`in_transaction::connect_options`; without it PostgreSQL plans the
+//! registry's statements on every call). Each path first runs unmeasured,
+//! then the tables are analysed and the measuring pool connects. Rounds take
+//! turns (raw, Rust door, SQL door, raw, …) so that a noisy machine weighs on
+//! all alike.
 //!
 //!     cargo run --release -p opreg-server --example door_vs_raw -- \
 //!         [--seconds 10] [--concurrency 8] [--database-url URL]
@@ -54,13 +56,18 @@ struct Args {
 enum Path {
     Raw,
     Door,
+    SqlDoor,
 }
 
 impl Path {
+    /// In the order the rounds take turns.
+    const ALL: [Path; 3] = [Path::Raw, Path::Door, Path::SqlDoor];
+
     fn name(self) -> &'static str {
         match self {
             Path::Raw => "raw SQL",
-            Path::Door => "transactional door",
+            Path::Door => "Rust door",
+            Path::SqlDoor => "SQL door",
         }
     }
 }
@@ -110,27 +117,24 @@ async fn compare(args: &Args, options: PgConnectOptions) -> Result<(), Box<dyn s
     // rows and statistics.
     let warming = pool_of(&options, args.concurrency).await?;
     prepare(&warming).await?;
-    for (number, path) in [Path::Raw, Path::Door].into_iter().enumerate() {
+    for (number, path) in Path::ALL.into_iter().enumerate() {
         run_round(&warming, &door, path, number, args.concurrency, WARM_UP).await?;
     }
     sqlx::raw_sql("ANALYZE").execute(&warming).await?;
     warming.close().await;
     let pool = pool_of(&options, args.concurrency).await?;
     let postmaster = postmaster_of(&pool).await?;
-    let mut spent = [Spent::default(), Spent::default()];
-    for number in 2..2 + ROUNDS_PER_PATH * 2 {
-        let path = if number % 2 == 0 {
-            Path::Raw
-        } else {
-            Path::Door
-        };
+    let mut spent = [Spent::default(), Spent::default(), Spent::default()];
+    let first = Path::ALL.len();
+    for number in first..first + ROUNDS_PER_PATH * Path::ALL.len() {
+        let path = Path::ALL[number % Path::ALL.len()];
         let before = (
             postgres_seconds(postmaster)?,
             own_seconds()?,
             Instant::now(),
         );
         let transactions = run_round(&pool, &door, path, number, args.concurrency, round).await?;
-        let total = &mut spent[number % 2];
+        let total = &mut spent[number % Path::ALL.len()];
         total.transactions += transactions;
         total.wall += before.2.elapsed();
         total.postgres_seconds += postgres_seconds(postmaster)? - before.0;
@@ -193,6 +197,7 @@ async fn run_round(
                 match path {
                     Path::Raw => raw_transaction(&mut db, &key, account).await?,
                     Path::Door => door_transaction(&mut db, &door, &key, account).await?,
+                    Path::SqlDoor => sql_door_transaction(&mut db, &key, account).await?,
                 }
                 done += 1;
             }
@@ -294,9 +299,34 @@ async fn door_transaction(
     tx.commit().await
 }
 
-fn report(args: &Args, spent: &[Spent; 2]) {
+/// The same through the SQL functions.
+async fn sql_door_transaction(
+    db: &mut PgConnection,
+    key: &str,
+    account: i64,
+) -> Result<(), sqlx::Error> {
+    let mut tx = db.begin().await?;
+    let token: i64 = sqlx::query_scalar(
+        "SELECT fencing_token FROM opreg_sql.claim('bench', $1, $2::jsonb, 'door-vs-raw')",
+    )
+    .bind(key)
+    .bind(parameters(account).to_string())
+    .fetch_one(&mut *tx)
+    .await?;
+    debit(&mut tx, account).await?;
+    sqlx::query(
+        "SELECT 1 FROM opreg_sql.complete('bench', $1, $2, 'SUCCESS', result => 'debited')",
+    )
+    .bind(key)
+    .bind(token)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await
+}
+
+fn report(args: &Args, spent: &[Spent; 3]) {
     println!(
-        "door vs raw SQL: {} in flight, {} rounds of {} s per path (claim + debit + complete, one commit)",
+        "the doors vs raw SQL: {} in flight, {} rounds of {} s per path (claim + debit + complete, one commit)",
         args.concurrency, ROUNDS_PER_PATH, args.seconds
     );
     println!(
@@ -304,8 +334,8 @@ fn report(args: &Args, spent: &[Spent; 2]) {
         "path", "transactions", "per s", "PostgreSQL µs", "this process µs", "sum µs"
     );
     let per = |seconds: f64, spent: &Spent| seconds * 1e6 / spent.transactions.max(1) as f64;
-    let mut sums = [0.0; 2];
-    for (index, (path, spent)) in [Path::Raw, Path::Door].iter().zip(spent).enumerate() {
+    let mut sums = [0.0; 3];
+    for (index, (path, spent)) in Path::ALL.iter().zip(spent).enumerate() {
         let (postgres, own) = (
             per(spent.postgres_seconds, spent),
             per(spent.own_seconds, spent),
@@ -321,10 +351,13 @@ fn report(args: &Args, spent: &[Spent; 2]) {
             postgres + own
         );
     }
-    println!(
-        "the door costs {:.2}x the raw SQL's CPU per transaction",
-        sums[1] / sums[0].max(f64::MIN_POSITIVE)
-    );
+    for (path, sum) in Path::ALL.iter().zip(sums).skip(1) {
+        println!(
+            "the {} costs {:.2}x the raw SQL's CPU per transaction",
+            path.name(),
+            sum / sums[0].max(f64::MIN_POSITIVE)
+        );
+    }
 }
 
 /// The postmaster: the parent of this pool's backends.

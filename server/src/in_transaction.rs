@@ -1,18 +1,19 @@
 //! The transactional door for Rust services whose data lives in opreg's
-//! PostgreSQL: Claim, Complete and Lookup on the caller's own connection,
-//! inside its own transaction, with no opreg server in between. The operation
-//! record and the business write then commit together, or roll back together
-//! and leave no trace.
+//! PostgreSQL: Claim, Complete, FencedWrite and Lookup on the caller's own
+//! connection, inside its own transaction, with no opreg server in between.
+//! The operation record and the business write then commit together, or roll
+//! back together and leave no trace.
 //!
 //! The door speaks the contract's messages and answers as the server would:
 //! requests are checked by the same code as at the gRPC edge
 //! (`grpc/requests.rs`), and each use case is the registry's own, on the
 //! connection given (`registry::claim_on`, `complete_in_transaction`,
-//! `lookup_on`), so the
-//! statements are the server's, not a copy. What differs is only what the
-//! server adds around them: no shared statements with other callers, no
-//! replay cache, no rate limits, and no namespace policy (the database role is
-//! the boundary).
+//! `fenced_write_on`, `lookup_on`), so the statements are the server's, not a
+//! copy. What differs is only what the server adds around them: no shared
+//! statements with other callers, no replay cache, no rate limits, and no
+//! namespace policy (the database role is the boundary; the SQL door's
+//! functions, `opreg_sql`, check `opreg_sql.namespace_grants`, this door runs
+//! the statements directly and needs the tables themselves).
 //!
 //! ```no_run
 //! # async fn example(pool: sqlx::PgPool, claim: opreg_proto::v1::ClaimRequest,
@@ -56,7 +57,7 @@ pub fn connect_options(options: PgConnectOptions) -> PgConnectOptions {
     options.options([("plan_cache_mode", "force_generic_plan")])
 }
 
-/// Claim, Complete and Lookup inside a caller's transaction, checked against
+/// Claim, Complete, FencedWrite and Lookup inside a caller's transaction, checked against
 /// `limits` as the server checks its requests.
 #[derive(Clone, Debug)]
 pub struct InTransaction {
@@ -90,6 +91,19 @@ impl InTransaction {
         Ok(pb::CompleteResponse {
             operation: Some(responses::operation(operation, Parameters::Omitted)),
         })
+    }
+
+    /// Writes a resource under the operation's current token, as FencedWrite
+    /// does: the operation's row stays locked until the transaction ends, so
+    /// no takeover lands between this write and the commit.
+    pub async fn fenced_write(
+        &self,
+        db: &mut PgConnection,
+        request: pb::FencedWriteRequest,
+    ) -> Result<pb::FencedWriteResponse, RegistryError> {
+        let command = requests::fenced_write(request, &self.limits)?;
+        let (fence, version) = registry::fenced_write_on(db, &command).await?;
+        Ok(pb::FencedWriteResponse { fence, version })
     }
 
     /// The operation as this transaction sees it, its own changes included.

@@ -371,3 +371,42 @@ async fn admin_list(app: &mut TestApp, status: pb::OperationStatus) -> Vec<Strin
         .map(|operation| operation.operation_key)
         .collect()
 }
+
+#[tokio::test]
+async fn a_fenced_write_in_the_transaction_lands_with_it_and_a_stale_one_changes_nothing() {
+    let mut app = spawn_app().await;
+    let door = door();
+    let stale = claimed_token(&claim(&mut app.client, debit_claim("other", "grpc", 1)).await);
+    let mut tx = app.db.begin().await.unwrap();
+    let token = acquire(&door, &mut tx, "debit-8", "lab").await;
+    let refused = door
+        .fenced_write(&mut tx, write_request(NS, "debit-8", stale, b"stale"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, RegistryError::StaleFencingToken { presented, current } if presented == stale && current == token),
+        "{refused:?}"
+    );
+    // The refusal wrote nothing and left the transaction usable.
+    let written = door
+        .fenced_write(&mut tx, write_request(NS, "debit-8", token, b"debited"))
+        .await
+        .unwrap();
+    assert_eq!((written.fence, written.version), (token, 1));
+    record_debited(&door, &mut tx, "debit-8", token).await;
+    tx.commit().await.unwrap();
+
+    let resource = app
+        .client
+        .get_resource(pb::GetResourceRequest {
+            namespace: NS.into(),
+            resource: "account:1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (resource.value.as_slice(), resource.fence),
+        (&b"debited"[..], token)
+    );
+}

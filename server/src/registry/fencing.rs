@@ -1,7 +1,7 @@
 //! Renew and FencedWrite: the current token is the authority; lease expiry
 //! only permits a takeover, which issues a higher token.
 
-use sqlx::Connection;
+use sqlx::{Connection, PgConnection};
 
 use super::Registry;
 use crate::domain::commands::{FencedWriteCommand, RenewCommand};
@@ -41,45 +41,55 @@ impl Registry {
     /// Writes under the operation's row lock, so a write racing a takeover
     /// either lands before it or is refused after it.
     pub async fn fenced_write(&self, command: &FencedWriteCommand) -> Result<(u64, u64)> {
-        let (namespace, key, token) = (
-            &command.namespace,
-            &command.operation_key,
-            command.fencing_token,
-        );
         self.run(async |connection| {
             let mut tx = connection.begin().await?;
-            let operation = operations::lock(&mut *tx, namespace, key)
-                .await?
-                .ok_or(RegistryError::OperationNotFound)?
-                .operation;
-            check_current(&operation, token, "FencedWrite")?;
-            let written = resources::write_fenced(
-                &mut *tx,
-                namespace,
-                &command.resource,
-                key,
-                token,
-                &command.value,
-            )
-            .await?;
-            match written {
-                Some((fence, version)) => {
-                    tx.commit().await?;
-                    Ok((fence.get(), version))
-                }
-                None => {
-                    let fence = resources::find(&mut *tx, namespace, &command.resource)
-                        .await?
-                        .map_or(0, |resource| resource.fence.get());
-                    metrics::stale_token(namespace, "FencedWrite");
-                    Err(RegistryError::StaleFencingToken {
-                        presented: token.get(),
-                        current: fence,
-                    })
-                }
-            }
+            let written = fenced_write_on(&mut tx, command).await?;
+            tx.commit().await?;
+            Ok(written)
         })
         .await
+    }
+}
+
+/// A FencedWrite inside a transaction the caller holds (the server's own, or
+/// the transactional door's): the operation's row stays locked until that
+/// transaction ends. A refusal writes nothing and leaves the transaction
+/// usable.
+pub(crate) async fn fenced_write_on(
+    tx: &mut PgConnection,
+    command: &FencedWriteCommand,
+) -> Result<(u64, u64)> {
+    let (namespace, key, token) = (
+        &command.namespace,
+        &command.operation_key,
+        command.fencing_token,
+    );
+    let operation = operations::lock(&mut *tx, namespace, key)
+        .await?
+        .ok_or(RegistryError::OperationNotFound)?
+        .operation;
+    check_current(&operation, token, "FencedWrite")?;
+    let written = resources::write_fenced(
+        &mut *tx,
+        namespace,
+        &command.resource,
+        key,
+        token,
+        &command.value,
+    )
+    .await?;
+    match written {
+        Some((fence, version)) => Ok((fence.get(), version)),
+        None => {
+            let fence = resources::find(&mut *tx, namespace, &command.resource)
+                .await?
+                .map_or(0, |resource| resource.fence.get());
+            metrics::stale_token(namespace, "FencedWrite");
+            Err(RegistryError::StaleFencingToken {
+                presented: token.get(),
+                current: fence,
+            })
+        }
     }
 }
 

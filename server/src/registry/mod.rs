@@ -31,6 +31,7 @@ pub use admin::AdminChange;
 pub use claim::ClaimAnswer;
 pub(crate) use claim::claim_on;
 pub(crate) use complete::complete_in_transaction;
+pub(crate) use fencing::fenced_write_on;
 pub use gather::GatherSettings;
 pub use maintenance::{MaintenancePass, MaintenanceSettings};
 pub(crate) use read::lookup_on;

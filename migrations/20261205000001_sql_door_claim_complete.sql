@@ -1,0 +1,763 @@
+-- The SQL door's Claim, Complete and FencedWrite, and the namespace boundary
+-- that keeps a database role to the namespaces it was granted.
+--
+--   BEGIN;
+--   SELECT outcome, fencing_token
+--     FROM opreg_sql.claim('payments', 'debit:order-42', '{"account": "A", "amount": 30}', 'api-1');
+--   UPDATE accounts SET balance = balance - 30 WHERE id = 'A';
+--   SELECT status FROM opreg_sql.complete('payments', 'debit:order-42', 17, 'SUCCESS', result => '\x6f6b');
+--   COMMIT;
+--
+-- These functions are the registry's state machine written in PL/pgSQL, one
+-- guarded statement per transition as in server/src/store/operations/, so
+-- that a caller in any language claims and completes inside its own
+-- transaction. tests/sql_door_parity.rs holds them to the server: it drives
+-- both doors from the same stored states and compares the answers and the
+-- rows they leave.
+--
+-- Refusals are SQLSTATEs with the contract's ErrorReason name as the message
+-- DETAIL and its metadata (ErrorMetadataKey names) in the HINT:
+--   22023 INVALID_ARGUMENT        23505 PARAMETER_CONFLICT
+--   55000 STALE_FENCING_TOKEN, ALREADY_COMPLETED
+--   P0002 OPERATION_NOT_FOUND     42501 PERMISSION_DENIED
+--   55P03 OPERATION_BUSY (the row kept changing under the call; try again)
+--
+-- The door's functions are SECURITY DEFINER: a caller's role needs EXECUTE on
+-- them and a row in opreg_sql.namespace_grants, never a privilege on the
+-- tables, so it cannot write a row past the state machine. Their search path
+-- is fixed to the one the migrations ran with, with pg_temp last so that no
+-- caller's temporary table can stand in for one of the registry's.
+SELECT set_config('search_path', current_setting('search_path') || ', pg_temp', true);
+
+-- Who may use which namespace through the SQL door: a role (or any member of
+-- it) and a namespace, or '*' for every namespace. The registry's own role
+-- (the owner of these functions) and superusers reach every namespace, as the
+-- owner of a table passes its row-level policies. Managed by
+-- opreg_sql.grant_namespace and opreg_sql.revoke_namespace.
+CREATE TABLE opreg_sql.namespace_grants (
+    grantee   name        NOT NULL,
+    namespace text        NOT NULL,
+    granted_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    CONSTRAINT namespace_grants_pkey PRIMARY KEY (grantee, namespace),
+    CONSTRAINT namespace_grants_namespace_not_empty CHECK (namespace <> '')
+);
+
+COMMENT ON TABLE opreg_sql.namespace_grants IS
+    'The namespaces each role may use through the SQL door (''*'': all); see opreg_sql.grant_namespace';
+
+-- The role the door answers to: the session's SET ROLE if any, else the role
+-- it logged in as. Inside a SECURITY DEFINER function current_user is the
+-- owner; the "role" setting still names the caller's role, and only a member
+-- of a role can set it.
+CREATE FUNCTION opreg_sql.caller() RETURNS name
+LANGUAGE sql STABLE
+RETURN CASE WHEN current_setting('role') = 'none' THEN session_user
+            ELSE current_setting('role')::name END;
+
+CREATE FUNCTION opreg_sql.authorize(namespace text) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    caller name := opreg_sql.caller();
+BEGIN
+    -- current_user is the door's owner here: its functions call this one.
+    IF pg_has_role(caller, current_user, 'MEMBER') THEN
+        RETURN;
+    END IF;
+    IF EXISTS (
+        SELECT 1 FROM opreg_sql.namespace_grants AS g JOIN pg_roles AS r ON r.rolname = g.grantee
+        WHERE g.namespace IN (authorize.namespace, '*') AND pg_has_role(caller, r.oid, 'MEMBER')
+    ) THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'role % may not use namespace %', caller, namespace
+        USING ERRCODE = 'insufficient_privilege', DETAIL = 'PERMISSION_DENIED',
+              HINT = format('principal=%s; namespace=%s', caller, namespace);
+END
+$$;
+
+-- A refusal of one argument, as INVALID_ARGUMENT with the field's name.
+CREATE FUNCTION opreg_sql.refuse(field text, violation text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    RAISE EXCEPTION '% %', field, violation
+        USING ERRCODE = 'invalid_parameter_value', DETAIL = 'INVALID_ARGUMENT',
+              HINT = format('field=%s', field);
+END
+$$;
+
+-- The identifier rule of domain/text.rs: present, within max_bytes, no
+-- surrounding white space, no control characters.
+CREATE FUNCTION opreg_sql.check_identifier(field text, value text, max_bytes integer) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF value IS NULL OR value = '' THEN
+        PERFORM opreg_sql.refuse(field, 'must not be empty');
+    ELSIF octet_length(value) > max_bytes THEN
+        PERFORM opreg_sql.refuse(field, format('must be at most %s bytes', max_bytes));
+    ELSIF value ~ '^[[:space:]]' OR value ~ '[[:space:]]$' THEN
+        PERFORM opreg_sql.refuse(field, 'must not start or end with white space');
+    ELSIF value ~ '[[:cntrl:]]' THEN
+        PERFORM opreg_sql.refuse(field, 'must not contain control characters');
+    END IF;
+END
+$$;
+
+-- Free text: within max_bytes (PostgreSQL's text holds no NUL).
+CREATE FUNCTION opreg_sql.check_text(field text, value text, max_bytes integer) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF value IS NULL THEN
+        PERFORM opreg_sql.refuse(field, 'must not be null');
+    ELSIF octet_length(value) > max_bytes THEN
+        PERFORM opreg_sql.refuse(field, format('must be at most %s bytes', max_bytes));
+    END IF;
+END
+$$;
+
+-- A duration as the server stores it: whole microseconds, rounded up
+-- (domain/policy.rs micros_ceil).
+CREATE FUNCTION opreg_sql.micros(value interval) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN ceil(extract(epoch FROM value) * 1000000)::bigint;
+
+-- A non-negative duration of at most 100 years (requests.rs optional_duration).
+CREATE FUNCTION opreg_sql.check_duration(field text, value interval, positive boolean) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF value IS NULL OR value < interval '0' OR (positive AND value = interval '0')
+       OR value > interval '36500 days' THEN
+        PERFORM opreg_sql.refuse(field, CASE WHEN positive THEN 'must be positive and at most 100 years'
+                                             ELSE 'must be non-negative and at most 100 years' END);
+    END IF;
+END
+$$;
+
+-- The answer of a Claim; outcome is the contract's ClaimOutcome name without
+-- its prefix: ACQUIRED, REPLAYED, IN_PROGRESS, RETRY_LATER, RECONCILE, DEAD
+-- or HELD. The lease and token are the caller's on ACQUIRED and RECONCILE;
+-- retry_after says when to ask again on IN_PROGRESS, RETRY_LATER and HELD.
+CREATE TYPE opreg_sql.claim_answer AS (
+    outcome          text,
+    fencing_token    bigint,
+    lease_expires_at timestamptz,
+    retry_after      interval,
+    status           text,
+    attempts         integer,
+    result           bytea,
+    result_ref       text,
+    failure_code     text,
+    failure_message  text,
+    remote_ref       text
+);
+
+COMMENT ON TYPE opreg_sql.claim_answer IS
+    'What opreg_sql.claim answers; outcome is ACQUIRED, REPLAYED, IN_PROGRESS, RETRY_LATER, RECONCILE, DEAD or HELD';
+
+CREATE FUNCTION opreg_sql.claim_answer_of(outcome text, o operations, retry_after interval)
+RETURNS opreg_sql.claim_answer
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+RETURN ROW(outcome, o.fencing_token, o.lease_expires_at, retry_after, upper(o.status), o.attempts,
+           o.result, o.result_ref, o.failure_code, o.failure_message, o.remote_ref)::opreg_sql.claim_answer;
+
+-- An operation as Lookup answers it.
+CREATE FUNCTION opreg_sql.operation_of(o operations) RETURNS opreg_sql.operation
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+RETURN ROW(o.namespace, o.operation_key, upper(o.status), o.parameters_digest, o.fencing_token,
+           o.attempts, o.lease_owner, o.lease_expires_at, o.result, o.result_ref,
+           o.failure_code, o.failure_message, o.remote_ref, o.last_error_class,
+           o.held_at IS NOT NULL, o.created_at, o.updated_at, o.completed_at)::opreg_sql.operation;
+
+-- PARAMETER_CONFLICT, naming the top-level fields that differ when the stored
+-- parameters are known.
+CREATE FUNCTION opreg_sql.refuse_conflict(o operations, requested jsonb, digest bytea) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    differing text := '';
+BEGIN
+    IF o.parameters_canonical IS NOT NULL THEN
+        SELECT coalesce(string_agg(field, ',' ORDER BY field), '') INTO differing
+        FROM (
+            SELECT key AS field FROM jsonb_each(o.parameters_canonical::jsonb) AS stored
+            WHERE NOT (requested ? stored.key) OR requested -> stored.key IS DISTINCT FROM stored.value
+            UNION
+            SELECT key FROM jsonb_each(requested) AS asked
+            WHERE asked.value <> 'null'::jsonb
+              AND NOT (o.parameters_canonical::jsonb ? asked.key)
+        ) AS fields;
+    END IF;
+    RAISE EXCEPTION 'operation % in namespace % is registered with other parameters (differing fields: %)',
+            o.operation_key, o.namespace, nullif(differing, '')
+        USING ERRCODE = 'unique_violation', DETAIL = 'PARAMETER_CONFLICT',
+              HINT = format('storedDigest=%s; requestDigest=%s; differingFields=%s',
+                            encode(o.parameters_digest, 'hex'), encode(digest, 'hex'), differing);
+END
+$$;
+
+CREATE FUNCTION opreg_sql.refuse_stale(presented bigint, current_token bigint) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    RAISE EXCEPTION 'fencing token % is not the current one (%)', presented, current_token
+        USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = 'STALE_FENCING_TOKEN',
+              HINT = format('presentedToken=%s; currentToken=%s', presented, current_token);
+END
+$$;
+
+CREATE FUNCTION opreg_sql.refuse_not_found(namespace text, operation_key text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    RAISE EXCEPTION 'no operation % in namespace %', operation_key, namespace
+        USING ERRCODE = 'no_data_found', DETAIL = 'OPERATION_NOT_FOUND';
+END
+$$;
+
+CREATE FUNCTION opreg_sql.refuse_busy(namespace text, operation_key text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    RAISE EXCEPTION 'operation % in namespace % kept changing; try again', operation_key, namespace
+        USING ERRCODE = 'lock_not_available', DETAIL = 'OPERATION_BUSY';
+END
+$$;
+
+-- Claim: registers the operation with its first lease, or answers from what
+-- exists (domain/claim.rs decide): a replay, the lease of its live holder,
+-- IN_PROGRESS, RETRY_LATER, HELD or DEAD; or starts a retry, takeover or
+-- reconcile execution under a new token, or marks it DEAD when its budget is
+-- spent. Inside the caller's transaction the registration is the caller's
+-- until it commits: a concurrent Claim of the key, from either door, waits
+-- on it and then answers from what committed.
+CREATE FUNCTION opreg_sql.claim(
+    namespace       text,
+    operation_key   text,
+    parameters      jsonb,
+    owner           text,
+    lease           interval DEFAULT interval '30 seconds',
+    execution_id    text     DEFAULT '',
+    max_attempts    integer  DEFAULT 5,
+    initial_backoff interval DEFAULT interval '1 second',
+    max_backoff     interval DEFAULT interval '5 minutes',
+    deadline        interval DEFAULT interval '24 hours'
+) RETURNS opreg_sql.claim_answer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    canonical text;
+    digest    bytea;
+    found_row operations;
+    moved     operations;
+    now_      timestamptz;
+    step      text;
+BEGIN
+    PERFORM opreg_sql.check_identifier('namespace', claim.namespace, 128);
+    PERFORM opreg_sql.check_identifier('operation_key', claim.operation_key, 512);
+    PERFORM opreg_sql.check_identifier('owner', claim.owner, 1024);
+    PERFORM opreg_sql.check_text('execution_id', claim.execution_id, 1024);
+    IF claim.lease IS NULL OR claim.lease < interval '1 second' OR claim.lease > interval '1 hour' THEN
+        PERFORM opreg_sql.refuse('lease', 'must be between 1s and 1h inclusive');
+    END IF;
+    IF claim.max_attempts IS NULL OR claim.max_attempts < 1 THEN
+        PERFORM opreg_sql.refuse('max_attempts', 'must be at least 1');
+    END IF;
+    PERFORM opreg_sql.check_duration('initial_backoff', claim.initial_backoff, true);
+    PERFORM opreg_sql.check_duration('max_backoff', claim.max_backoff, true);
+    IF claim.max_backoff < claim.initial_backoff THEN
+        PERFORM opreg_sql.refuse('max_backoff', 'must not be shorter than initial_backoff');
+    END IF;
+    PERFORM opreg_sql.check_duration('deadline', claim.deadline, true);
+    IF claim.parameters IS NULL OR jsonb_typeof(claim.parameters) <> 'object' THEN
+        PERFORM opreg_sql.refuse('parameters', 'must be a JSON object');
+    END IF;
+    canonical := opreg_sql.canonical_json(claim.parameters);
+    IF octet_length(canonical) > 65536 THEN
+        PERFORM opreg_sql.refuse('parameters', 'must be at most 65536 bytes in canonical form');
+    END IF;
+    digest := sha256(convert_to(canonical, 'UTF8'));
+    PERFORM opreg_sql.authorize(claim.namespace);
+
+    -- A guarded write that matched nothing (another caller moved the row in
+    -- between) is read again and decided again, a bounded number of times.
+    FOR round IN 1..5 LOOP
+        SELECT * INTO found_row FROM operations AS o
+        WHERE o.namespace = claim.namespace AND o.operation_key = claim.operation_key;
+        IF NOT FOUND THEN
+            -- ON CONFLICT waits for a racing registration to end: it inserts
+            -- nothing if that one committed (read it next round), and this
+            -- row if it rolled back. The first lease's token is also its
+            -- first execution's.
+            INSERT INTO operations (
+                namespace, operation_key, status, parameters_digest, parameters_canonical,
+                fencing_token, lease_owner, lease_expires_at, attempts,
+                max_attempts, initial_backoff_us, max_backoff_us, deadline_at,
+                created_at, updated_at, execution_token, execution_kind, execution_id,
+                execution_owner, execution_started_at, execution_outcome)
+            SELECT claim.namespace, claim.operation_key, 'in_progress', digest, canonical,
+                   fresh.token, claim.owner, fresh.now + claim.lease, 1,
+                   claim.max_attempts, opreg_sql.micros(claim.initial_backoff),
+                   opreg_sql.micros(claim.max_backoff), fresh.now + claim.deadline,
+                   fresh.now, fresh.now, fresh.token, 'first', claim.execution_id,
+                   claim.owner, fresh.now, 'running'
+            FROM (SELECT nextval('fencing_tokens') AS token, clock_timestamp() AS now) AS fresh
+            ON CONFLICT ON CONSTRAINT operations_pkey DO NOTHING
+            RETURNING * INTO moved;
+            IF FOUND THEN
+                RETURN opreg_sql.claim_answer_of('ACQUIRED', moved, NULL);
+            END IF;
+            CONTINUE;
+        END IF;
+
+        IF found_row.parameters_digest <> digest OR found_row.compensates IS NOT NULL THEN
+            PERFORM opreg_sql.refuse_conflict(found_row, claim.parameters, digest);
+        END IF;
+
+        now_ := clock_timestamp();
+        step := CASE
+            WHEN found_row.status IN ('succeeded', 'failed') THEN 'REPLAYED'
+            WHEN found_row.held_at IS NOT NULL THEN 'HELD'
+            WHEN found_row.status = 'dead' THEN 'DEAD'
+            WHEN found_row.status = 'unknown' THEN 'start:reconcile'
+            WHEN found_row.status = 'in_progress' AND found_row.lease_expires_at > now_ THEN
+                CASE WHEN found_row.lease_owner IS DISTINCT FROM claim.owner THEN 'IN_PROGRESS'
+                     WHEN found_row.reconciling THEN 'RECONCILE'
+                     ELSE 'ACQUIRED' END
+            WHEN found_row.status = 'in_progress' AND found_row.reconciling THEN 'start:reconcile'
+            WHEN found_row.status = 'retry_scheduled' AND found_row.next_attempt_at > now_ THEN 'RETRY_LATER'
+            WHEN found_row.attempts >= found_row.max_attempts OR now_ > found_row.deadline_at THEN 'exhaust'
+            WHEN found_row.status = 'in_progress' THEN 'start:takeover'
+            ELSE 'start:retry'
+        END;
+
+        CASE step
+        WHEN 'REPLAYED', 'DEAD', 'ACQUIRED', 'RECONCILE' THEN
+            RETURN opreg_sql.claim_answer_of(step, found_row, NULL);
+        WHEN 'HELD' THEN
+            RETURN opreg_sql.claim_answer_of(step, found_row, interval '60 seconds');
+        WHEN 'IN_PROGRESS' THEN
+            RETURN opreg_sql.claim_answer_of(step, found_row, found_row.lease_expires_at - now_);
+        WHEN 'RETRY_LATER' THEN
+            RETURN opreg_sql.claim_answer_of(step, found_row, found_row.next_attempt_at - now_);
+        WHEN 'exhaust' THEN
+            -- transitions.rs exhaust: the row still as observed, and due.
+            UPDATE operations AS o SET
+                status = 'dead',
+                lease_owner = NULL,
+                lease_expires_at = NULL,
+                lease_takeover = false,
+                reconciling = false,
+                next_attempt_at = NULL,
+                updated_at = clock_timestamp(),
+                completed_at = clock_timestamp(),
+                execution_outcome = CASE WHEN o.execution_outcome = 'running' THEN 'superseded'
+                                         ELSE o.execution_outcome END,
+                execution_finished_at = CASE WHEN o.execution_outcome = 'running' THEN clock_timestamp()
+                                             ELSE o.execution_finished_at END
+            WHERE o.namespace = claim.namespace AND o.operation_key = claim.operation_key
+              AND o.fencing_token = found_row.fencing_token AND o.status = found_row.status
+              AND o.held_at IS NULL
+              AND (o.status <> 'in_progress' OR o.lease_expires_at <= clock_timestamp())
+              AND (o.status <> 'retry_scheduled' OR o.next_attempt_at <= clock_timestamp())
+            RETURNING * INTO moved;
+            IF FOUND THEN
+                RETURN opreg_sql.claim_answer_of('DEAD', moved, NULL);
+            END IF;
+        ELSE
+            -- transitions.rs start_executions: the row locked and still as
+            -- observed; the execution it replaces goes to the history
+            -- (superseded if it never reported); a new token and lease.
+            WITH replaced AS MATERIALIZED (
+                SELECT o.attempts AS r_attempt, o.execution_token AS r_token,
+                       o.execution_kind AS r_kind, o.execution_id AS r_execution_id,
+                       o.execution_owner AS r_owner, o.execution_started_at AS r_started_at,
+                       o.execution_finished_at AS r_finished_at, o.execution_outcome AS r_outcome,
+                       o.execution_outcome_digest AS r_digest, o.execution_error_class AS r_class,
+                       o.execution_message AS r_message,
+                       nextval('fencing_tokens') AS r_new_token, clock_timestamp() AS r_now
+                FROM operations AS o
+                WHERE o.namespace = claim.namespace AND o.operation_key = claim.operation_key
+                  AND o.fencing_token = found_row.fencing_token AND o.status = found_row.status
+                  AND o.held_at IS NULL
+                  AND (o.status <> 'in_progress' OR o.lease_expires_at <= clock_timestamp())
+                  AND (o.status <> 'retry_scheduled' OR o.next_attempt_at <= clock_timestamp())
+                FOR NO KEY UPDATE
+            ),
+            archived AS (
+                INSERT INTO execution_history (
+                    fencing_token, namespace, operation_key, attempt, kind, execution_id, owner,
+                    started_at, finished_at, outcome, outcome_digest, error_class, message)
+                SELECT r_token, claim.namespace, claim.operation_key, r_attempt, r_kind,
+                       r_execution_id, r_owner, r_started_at,
+                       CASE WHEN r_outcome = 'running' THEN r_now ELSE r_finished_at END,
+                       CASE WHEN r_outcome = 'running' THEN 'superseded' ELSE r_outcome END,
+                       r_digest, r_class, r_message
+                FROM replaced
+                WHERE r_token IS NOT NULL
+            )
+            UPDATE operations AS o SET
+                fencing_token = r_new_token,
+                status = 'in_progress',
+                lease_owner = claim.owner,
+                lease_expires_at = r_now + claim.lease,
+                lease_takeover = (step = 'start:takeover'),
+                attempts = o.attempts + CASE WHEN step = 'start:reconcile' THEN 0 ELSE 1 END,
+                reconciling = (step = 'start:reconcile'),
+                next_attempt_at = NULL,
+                updated_at = r_now,
+                execution_token = r_new_token,
+                execution_kind = substr(step, 7),
+                execution_id = claim.execution_id,
+                execution_owner = claim.owner,
+                execution_started_at = r_now,
+                execution_finished_at = NULL,
+                execution_outcome = 'running',
+                execution_outcome_digest = NULL,
+                execution_error_class = NULL,
+                execution_message = NULL
+            FROM replaced
+            WHERE o.namespace = claim.namespace AND o.operation_key = claim.operation_key
+            RETURNING o.* INTO moved;
+            IF FOUND THEN
+                RETURN opreg_sql.claim_answer_of(
+                    CASE WHEN step = 'start:reconcile' THEN 'RECONCILE' ELSE 'ACQUIRED' END,
+                    moved, NULL);
+            END IF;
+        END CASE;
+    END LOOP;
+    PERFORM opreg_sql.refuse_busy(claim.namespace, claim.operation_key);
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION opreg_sql.claim(text, text, jsonb, text, interval, text, integer, interval, interval, interval) IS
+    'Registers the operation and hands its first lease to owner, or answers from what exists (see opreg_sql.claim_answer); 23505 PARAMETER_CONFLICT when the key holds other parameters';
+
+-- What identifies a report, so a repeated Complete is told from a different
+-- one: domain/complete.rs Report::digest, length-prefixed fields.
+CREATE FUNCTION opreg_sql.report_digest(outcome text, fields bytea[]) RETURNS bytea
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN sha256(
+    int8send(octet_length(convert_to(lower(outcome), 'UTF8'))) || convert_to(lower(outcome), 'UTF8')
+    || coalesce((SELECT string_agg(int8send(octet_length(f)) || f, ''::bytea ORDER BY n)
+                 FROM unnest(fields) WITH ORDINALITY AS u(f, n)), ''::bytea));
+
+-- Complete: records the holder's report under its fencing token
+-- (domain/complete.rs decide). The same report again answers as before; a
+-- different one from the same token is ALREADY_COMPLETED; a token that is not
+-- the current lease is STALE_FENCING_TOKEN. outcome is SUCCESS (result,
+-- result_ref), FAILURE (code, message), RETRYABLE (error_class, message,
+-- retry_after: the next attempt after a full-jitter backoff inside the
+-- budget, or after retry_after when given) or UNKNOWN (remote_ref, message).
+CREATE FUNCTION opreg_sql.complete(
+    namespace     text,
+    operation_key text,
+    fencing_token bigint,
+    outcome       text,
+    result        bytea    DEFAULT NULL,
+    result_ref    text     DEFAULT '',
+    code          text     DEFAULT '',
+    message       text     DEFAULT '',
+    error_class   text     DEFAULT '',
+    retry_after   interval DEFAULT NULL,
+    remote_ref    text     DEFAULT ''
+) RETURNS opreg_sql.operation
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    report        bytea;
+    found_row     operations;
+    moved         operations;
+    recorded      bytea;
+    started       boolean;
+    now_          timestamptz;
+    next_status   text;
+    retry_us      bigint;
+    cap_us        numeric;
+BEGIN
+    PERFORM opreg_sql.check_identifier('namespace', complete.namespace, 128);
+    PERFORM opreg_sql.check_identifier('operation_key', complete.operation_key, 512);
+    IF complete.fencing_token IS NULL OR complete.fencing_token < 1 THEN
+        PERFORM opreg_sql.refuse('fencing_token', 'must be a token a Claim handed out');
+    END IF;
+    PERFORM opreg_sql.check_text('result_ref', complete.result_ref, 1048576);
+    PERFORM opreg_sql.check_text('code', complete.code, 1024);
+    PERFORM opreg_sql.check_text('message', complete.message, 65536);
+    PERFORM opreg_sql.check_text('error_class', complete.error_class, 1024);
+    PERFORM opreg_sql.check_text('remote_ref', complete.remote_ref, 1024);
+    -- Each outcome takes its own fields; one given for another is refused,
+    -- not dropped.
+    IF complete.outcome IS NULL OR complete.outcome NOT IN ('SUCCESS', 'FAILURE', 'RETRYABLE', 'UNKNOWN') THEN
+        PERFORM opreg_sql.refuse('outcome', 'must be SUCCESS, FAILURE, RETRYABLE or UNKNOWN');
+    END IF;
+    IF complete.outcome <> 'SUCCESS' AND (complete.result IS NOT NULL OR complete.result_ref <> '') THEN
+        PERFORM opreg_sql.refuse('result', 'is for outcome SUCCESS only');
+    END IF;
+    IF complete.outcome IN ('SUCCESS', 'RETRYABLE', 'UNKNOWN') AND complete.code <> '' THEN
+        PERFORM opreg_sql.refuse('code', 'is for outcome FAILURE only');
+    END IF;
+    IF complete.outcome = 'SUCCESS' AND complete.message <> '' THEN
+        PERFORM opreg_sql.refuse('message', 'is not for outcome SUCCESS');
+    END IF;
+    IF complete.outcome <> 'RETRYABLE' AND (complete.error_class <> '' OR complete.retry_after IS NOT NULL) THEN
+        PERFORM opreg_sql.refuse('error_class', 'and retry_after are for outcome RETRYABLE only');
+    END IF;
+    IF complete.outcome <> 'UNKNOWN' AND complete.remote_ref <> '' THEN
+        PERFORM opreg_sql.refuse('remote_ref', 'is for outcome UNKNOWN only');
+    END IF;
+    IF complete.outcome = 'SUCCESS'
+       AND coalesce(octet_length(complete.result), 0) + octet_length(complete.result_ref) > 1048576 THEN
+        PERFORM opreg_sql.refuse('result', 'must be at most 1048576 bytes');
+    END IF;
+    IF complete.retry_after IS NOT NULL THEN
+        PERFORM opreg_sql.check_duration('retry_after', complete.retry_after, false);
+    END IF;
+    PERFORM opreg_sql.authorize(complete.namespace);
+
+    report := opreg_sql.report_digest(complete.outcome, CASE complete.outcome
+        WHEN 'SUCCESS' THEN ARRAY[coalesce(complete.result, ''::bytea), convert_to(complete.result_ref, 'UTF8')]
+        WHEN 'FAILURE' THEN ARRAY[convert_to(complete.code, 'UTF8'), convert_to(complete.message, 'UTF8')]
+        WHEN 'RETRYABLE' THEN ARRAY[convert_to(complete.error_class, 'UTF8'), convert_to(complete.message, 'UTF8'),
+            -- the pushback in nanoseconds as a 128-bit big-endian number; none is all ones
+            CASE WHEN complete.retry_after IS NULL THEN decode(repeat('ff', 16), 'hex')
+                 ELSE decode(repeat('00', 8), 'hex')
+                      || int8send(opreg_sql.micros(complete.retry_after) * 1000) END]
+        ELSE ARRAY[convert_to(complete.remote_ref, 'UTF8'), convert_to(complete.message, 'UTF8')]
+    END);
+
+    FOR round IN 1..3 LOOP
+        SELECT * INTO found_row FROM operations AS o
+        WHERE o.namespace = complete.namespace AND o.operation_key = complete.operation_key;
+        IF NOT FOUND THEN
+            PERFORM opreg_sql.refuse_not_found(complete.namespace, complete.operation_key);
+        END IF;
+        -- The execution this token started, current or replaced.
+        IF found_row.execution_token = complete.fencing_token THEN
+            started := true;
+            recorded := found_row.execution_outcome_digest;
+        ELSE
+            SELECT true, h.outcome_digest INTO started, recorded FROM execution_history AS h
+            WHERE h.fencing_token = complete.fencing_token
+              AND h.namespace = complete.namespace AND h.operation_key = complete.operation_key;
+            started := coalesce(started, false);
+        END IF;
+        IF recorded IS NOT NULL THEN
+            IF recorded = report THEN
+                RETURN opreg_sql.operation_of(found_row);
+            END IF;
+            RAISE EXCEPTION 'fencing token % already reported another outcome', complete.fencing_token
+                USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = 'ALREADY_COMPLETED',
+                      HINT = format('fencingToken=%s', complete.fencing_token);
+        END IF;
+        IF NOT started OR found_row.fencing_token <> complete.fencing_token
+           OR found_row.status <> 'in_progress' OR found_row.held_at IS NOT NULL THEN
+            PERFORM opreg_sql.refuse_stale(complete.fencing_token, found_row.fencing_token);
+        END IF;
+
+        now_ := clock_timestamp();
+        next_status := CASE complete.outcome
+            WHEN 'SUCCESS' THEN 'succeeded' WHEN 'FAILURE' THEN 'failed' WHEN 'UNKNOWN' THEN 'unknown'
+        END;
+        retry_us := NULL;
+        IF complete.outcome = 'RETRYABLE' THEN
+            IF found_row.attempts >= found_row.max_attempts THEN
+                next_status := 'dead';
+            ELSE
+                -- Downstream's pushback as given, else full jitter under
+                -- min(max_backoff, initial_backoff x 2^(attempt - 1)) for
+                -- this budget's attempts (domain/policy.rs).
+                cap_us := least(found_row.max_backoff_us::numeric,
+                                found_row.initial_backoff_us::numeric
+                                * power(2::numeric, least(63, greatest(0,
+                                    found_row.attempts - found_row.budget_attempts_base - 1))));
+                retry_us := coalesce(opreg_sql.micros(complete.retry_after),
+                                     floor(cap_us * random()::numeric)::bigint);
+                IF now_ + retry_us * interval '1 microsecond' > found_row.deadline_at THEN
+                    next_status := 'dead';
+                    retry_us := NULL;
+                ELSE
+                    next_status := 'retry_scheduled';
+                END IF;
+            END IF;
+        END IF;
+
+        -- outcomes.rs record_outcomes for one report: the presented token's
+        -- execution finishes and the operation moves, in one row.
+        UPDATE operations AS o SET
+            status = next_status,
+            result = CASE WHEN complete.outcome = 'SUCCESS' THEN coalesce(complete.result, ''::bytea) END,
+            result_ref = CASE WHEN complete.outcome = 'SUCCESS' THEN complete.result_ref END,
+            failure_code = CASE WHEN complete.outcome = 'FAILURE' THEN complete.code END,
+            failure_message = CASE WHEN complete.outcome = 'FAILURE' THEN complete.message END,
+            remote_ref = CASE WHEN complete.outcome = 'UNKNOWN' THEN complete.remote_ref ELSE o.remote_ref END,
+            last_error_class = CASE complete.outcome WHEN 'RETRYABLE' THEN complete.error_class
+                                                     WHEN 'UNKNOWN' THEN 'unknown_outcome'
+                                                     ELSE o.last_error_class END,
+            last_error_message = CASE WHEN complete.outcome IN ('RETRYABLE', 'UNKNOWN') THEN complete.message
+                                      ELSE o.last_error_message END,
+            next_attempt_at = now_ + retry_us * interval '1 microsecond',
+            lease_owner = NULL,
+            lease_expires_at = NULL,
+            lease_takeover = false,
+            reconciling = false,
+            updated_at = now_,
+            completed_at = CASE WHEN next_status IN ('succeeded', 'failed', 'dead') THEN now_ END,
+            unknown_since = CASE WHEN next_status = 'unknown' THEN coalesce(o.unknown_since, now_) END,
+            execution_outcome = CASE complete.outcome WHEN 'SUCCESS' THEN 'succeeded'
+                                                      WHEN 'FAILURE' THEN 'failed'
+                                                      WHEN 'RETRYABLE' THEN 'retryable'
+                                                      ELSE 'unknown' END,
+            execution_outcome_digest = report,
+            execution_error_class = CASE complete.outcome WHEN 'FAILURE' THEN complete.code
+                                                          WHEN 'RETRYABLE' THEN complete.error_class END,
+            execution_message = CASE WHEN complete.outcome <> 'SUCCESS' THEN complete.message END,
+            execution_finished_at = now_
+        WHERE o.namespace = complete.namespace AND o.operation_key = complete.operation_key
+          AND o.fencing_token = complete.fencing_token AND o.status = 'in_progress'
+          AND o.held_at IS NULL
+          AND o.execution_token = complete.fencing_token AND o.execution_outcome_digest IS NULL
+        RETURNING * INTO moved;
+        IF FOUND THEN
+            RETURN opreg_sql.operation_of(moved);
+        END IF;
+    END LOOP;
+    PERFORM opreg_sql.refuse_busy(complete.namespace, complete.operation_key);
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION opreg_sql.complete(text, text, bigint, text, bytea, text, text, text, text, interval, text) IS
+    'Records the report of the lease holding fencing_token (outcome SUCCESS, FAILURE, RETRYABLE or UNKNOWN) and returns the operation; 55000 STALE_FENCING_TOKEN or ALREADY_COMPLETED';
+
+-- FencedWrite: writes a resource under the operation's current token, on the
+-- operation's row lock, so it lands before a takeover or is refused after
+-- it; a resource already written under a higher token refuses it
+-- (registry/fencing.rs, store/resources.rs).
+CREATE FUNCTION opreg_sql.fenced_write(
+    namespace     text,
+    resource      text,
+    operation_key text,
+    fencing_token bigint,
+    value         bytea,
+    OUT fence     bigint,
+    OUT version   bigint
+)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    found_row operations;
+BEGIN
+    PERFORM opreg_sql.check_identifier('namespace', fenced_write.namespace, 128);
+    PERFORM opreg_sql.check_identifier('resource', fenced_write.resource, 512);
+    PERFORM opreg_sql.check_identifier('operation_key', fenced_write.operation_key, 512);
+    IF fenced_write.fencing_token IS NULL OR fenced_write.fencing_token < 1 THEN
+        PERFORM opreg_sql.refuse('fencing_token', 'must be a token a Claim handed out');
+    END IF;
+    IF fenced_write.value IS NULL OR octet_length(fenced_write.value) > 1048576 THEN
+        PERFORM opreg_sql.refuse('value', 'must be present and at most 1048576 bytes');
+    END IF;
+    PERFORM opreg_sql.authorize(fenced_write.namespace);
+
+    SELECT * INTO found_row FROM operations AS o
+    WHERE o.namespace = fenced_write.namespace AND o.operation_key = fenced_write.operation_key
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM opreg_sql.refuse_not_found(fenced_write.namespace, fenced_write.operation_key);
+    END IF;
+    IF found_row.fencing_token <> fenced_write.fencing_token OR found_row.status <> 'in_progress'
+       OR found_row.held_at IS NOT NULL THEN
+        PERFORM opreg_sql.refuse_stale(fenced_write.fencing_token, found_row.fencing_token);
+    END IF;
+    INSERT INTO resources AS r (namespace, resource, value, fence, version, operation_key, updated_at)
+    VALUES (fenced_write.namespace, fenced_write.resource, fenced_write.value,
+            fenced_write.fencing_token, 1, fenced_write.operation_key, clock_timestamp())
+    ON CONFLICT ON CONSTRAINT resources_pkey DO UPDATE SET
+        value = EXCLUDED.value,
+        fence = EXCLUDED.fence,
+        version = r.version + 1,
+        operation_key = EXCLUDED.operation_key,
+        updated_at = clock_timestamp()
+    WHERE r.fence <= EXCLUDED.fence
+    RETURNING r.fence, r.version INTO fence, version;
+    IF NOT FOUND THEN
+        PERFORM opreg_sql.refuse_stale(fenced_write.fencing_token,
+            (SELECT r.fence FROM resources AS r
+             WHERE r.namespace = fenced_write.namespace AND r.resource = fenced_write.resource));
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION opreg_sql.fenced_write(text, text, text, bigint, bytea) IS
+    'Writes value to resource under the operation''s current fencing token; 55000 STALE_FENCING_TOKEN when the token is superseded or the resource holds a higher fence';
+
+-- Lookup answers to the namespace boundary too, and reads as its owner.
+CREATE OR REPLACE FUNCTION opreg_sql.lookup(namespace text, operation_key text) RETURNS opreg_sql.operation
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    found_row operations;
+BEGIN
+    PERFORM opreg_sql.check_identifier('namespace', lookup.namespace, 128);
+    PERFORM opreg_sql.check_identifier('operation_key', lookup.operation_key, 512);
+    PERFORM opreg_sql.authorize(lookup.namespace);
+    SELECT * INTO found_row FROM operations AS o
+    WHERE o.namespace = lookup.namespace AND o.operation_key = lookup.operation_key;
+    IF NOT FOUND THEN
+        PERFORM opreg_sql.refuse_not_found(lookup.namespace, lookup.operation_key);
+    END IF;
+    RETURN opreg_sql.operation_of(found_row);
+END
+$$;
+
+-- Lets a role (and its members) use the SQL door in a namespace ('*': all):
+-- the row in namespace_grants, and EXECUTE on the door's functions.
+CREATE FUNCTION opreg_sql.grant_namespace(grantee regrole, namespace text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM opreg_sql.check_identifier('namespace', grant_namespace.namespace, 128);
+    INSERT INTO opreg_sql.namespace_grants AS g (grantee, namespace)
+    SELECT r.rolname, grant_namespace.namespace FROM pg_roles AS r WHERE r.oid = grant_namespace.grantee
+    ON CONFLICT ON CONSTRAINT namespace_grants_pkey DO NOTHING;
+    EXECUTE format('GRANT USAGE ON SCHEMA opreg_sql TO %s', grant_namespace.grantee);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION opreg_sql.claim(text, text, jsonb, text, interval, text, integer, interval, interval, interval), '
+                   'opreg_sql.complete(text, text, bigint, text, bytea, text, text, text, text, interval, text), '
+                   'opreg_sql.fenced_write(text, text, text, bigint, bytea), opreg_sql.lookup(text, text), '
+                   'opreg_sql.parameters_digest(jsonb), opreg_sql.canonical_json(jsonb) TO %s',
+                   grant_namespace.grantee);
+END
+$$;
+
+COMMENT ON FUNCTION opreg_sql.grant_namespace(regrole, text) IS
+    'Lets grantee (and its members) claim, complete, write and look up operations of namespace (''*'': every namespace) through the SQL door';
+
+-- Takes a namespace back; the role keeps EXECUTE, which reaches nothing
+-- without a grant.
+CREATE FUNCTION opreg_sql.revoke_namespace(grantee regrole, namespace text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    DELETE FROM opreg_sql.namespace_grants AS g
+    USING pg_roles AS r
+    WHERE r.oid = revoke_namespace.grantee AND g.grantee = r.rolname
+      AND g.namespace = revoke_namespace.namespace;
+    RETURN FOUND;
+END
+$$;
+
+-- Only the registry's own role runs the door for others, or changes grants.
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA opreg_sql FROM PUBLIC;

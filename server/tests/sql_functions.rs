@@ -1,0 +1,782 @@
+//! The SQL door's Claim, Complete and FencedWrite (`opreg_sql.claim`,
+//! `opreg_sql.complete`, `opreg_sql.fenced_write`,
+//! `migrations/20261205000001_sql_door_claim_complete.sql`): the record and
+//! the business write commit together or not at all, racing callers of
+//! either door wait on the uncommitted row, one set of records serves the
+//! three doors, a database role reaches only its namespaces, and the
+//! functions leave the rows the server's statements leave. Every check reads
+//! the database (or the server) after the transactions ended.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use opreg_client::proto::{self as pb, ClaimOutcome};
+use serde_json::{Value, json};
+use sqlx::postgres::PgDatabaseError;
+use sqlx::{Connection, PgConnection, PgExecutor, PgPool};
+
+const NS: &str = "sql-door";
+const OPENING_BALANCE: i64 = 100;
+
+async fn open_account(app: &TestApp) {
+    sqlx::raw_sql(
+        "CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0));
+         INSERT INTO accounts VALUES ('A', 100);",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
+}
+
+async fn debit(db: &mut PgConnection, amount: i64) {
+    sqlx::query("UPDATE accounts SET balance = balance - $1 WHERE id = 'A'")
+        .bind(amount)
+        .execute(db)
+        .await
+        .unwrap();
+}
+
+async fn balance(db: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT balance FROM accounts WHERE id = 'A'")
+        .fetch_one(db)
+        .await
+        .unwrap()
+}
+
+async fn operation_rows(db: &PgPool, key: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM operations WHERE namespace = $1 AND operation_key = $2",
+    )
+    .bind(NS)
+    .bind(key)
+    .fetch_one(db)
+    .await
+    .unwrap()
+}
+
+/// `opreg_sql.claim` of `key` in `namespace`: its outcome and token.
+async fn sql_claim_in(
+    db: impl PgExecutor<'_>,
+    namespace: &str,
+    key: &str,
+    owner: &str,
+    parameters: &Value,
+) -> Result<(String, i64), sqlx::Error> {
+    sqlx::query_as(
+        "SELECT outcome, fencing_token
+         FROM opreg_sql.claim($1, $2, $3::jsonb, $4, execution_id => 'run-' || $4)",
+    )
+    .bind(namespace)
+    .bind(key)
+    .bind(parameters.to_string())
+    .bind(owner)
+    .fetch_one(db)
+    .await
+}
+
+async fn sql_claim(
+    db: impl PgExecutor<'_>,
+    key: &str,
+    owner: &str,
+    amount: i64,
+) -> Result<(String, i64), sqlx::Error> {
+    sql_claim_in(db, NS, key, owner, &debit_parameters(amount)).await
+}
+
+fn debit_parameters(amount: i64) -> Value {
+    json!({"account": "A", "amount": amount})
+}
+
+/// `opreg_sql.complete` with SUCCESS and `result`: the status it answers.
+async fn sql_succeed(
+    db: impl PgExecutor<'_>,
+    key: &str,
+    token: i64,
+    result: &[u8],
+) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar("SELECT status FROM opreg_sql.complete($1, $2, $3, 'SUCCESS', result => $4)")
+        .bind(NS)
+        .bind(key)
+        .bind(token)
+        .bind(result)
+        .fetch_one(db)
+        .await
+}
+
+/// The SQLSTATE and the contract's reason (the DETAIL) of a refusal.
+fn refusal<T: std::fmt::Debug>(result: Result<T, sqlx::Error>) -> (String, String) {
+    let error = result.expect_err("the call should be refused");
+    let pg = error
+        .as_database_error()
+        .and_then(|e| e.try_downcast_ref::<PgDatabaseError>())
+        .unwrap_or_else(|| panic!("a database error: {error:?}"));
+    (
+        pg.code().to_owned(),
+        pg.detail().unwrap_or_default().to_owned(),
+    )
+}
+
+fn grpc_claim(key: &str, owner: &str, amount: i64) -> pb::ClaimRequest {
+    claim_request(NS, key, owner, debit_parameters(amount))
+}
+
+#[tokio::test]
+async fn claim_debit_and_complete_commit_together_and_every_door_reads_them() {
+    let mut app = spawn_app().await;
+    open_account(&app).await;
+    let mut tx = app.db.begin().await.unwrap();
+    let (outcome, token) = sql_claim(&mut *tx, "debit-1", "lab", 30).await.unwrap();
+    assert_eq!(outcome, "ACQUIRED");
+    debit(&mut tx, 30).await;
+    let status = sql_succeed(&mut *tx, "debit-1", token, b"debited")
+        .await
+        .unwrap();
+    assert_eq!(status, "SUCCEEDED");
+    tx.commit().await.unwrap();
+
+    assert_eq!(balance(&app.db).await, OPENING_BALANCE - 30);
+    // The SQL door replays it,
+    let (outcome, replayed_token) = sql_claim(&app.db, "debit-1", "again", 30).await.unwrap();
+    assert_eq!((outcome.as_str(), replayed_token), ("REPLAYED", token));
+    // and so does gRPC, with the result.
+    let replayed = claim(&mut app.client, grpc_claim("debit-1", "grpc", 30)).await;
+    assert_eq!(replayed.outcome(), ClaimOutcome::Replayed);
+    let operation = replayed.operation.unwrap();
+    assert_eq!(operation.result, b"debited");
+    assert_eq!(balance(&app.db).await, OPENING_BALANCE - 30);
+}
+
+#[tokio::test]
+async fn a_business_error_rolls_the_claim_back_with_it() {
+    let app = spawn_app().await;
+    open_account(&app).await;
+    let mut tx = app.db.begin().await.unwrap();
+    let (outcome, _) = sql_claim(&mut *tx, "debit-2", "lab", 30).await.unwrap();
+    assert_eq!(outcome, "ACQUIRED");
+    debit(&mut tx, 30).await;
+    let business = sqlx::query(
+        "DO $$ BEGIN RAISE EXCEPTION 'insufficient funds' USING ERRCODE = 'P0001'; END $$",
+    )
+    .execute(&mut *tx)
+    .await;
+    assert_eq!(refusal(business).0, "P0001");
+    tx.rollback().await.unwrap();
+
+    assert_eq!(operation_rows(&app.db, "debit-2").await, 0, "operationRows");
+    assert_eq!(balance(&app.db).await, OPENING_BALANCE);
+    let executions: i64 = sqlx::query_scalar("SELECT count(*) FROM executions")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(executions, 0);
+}
+
+#[tokio::test]
+async fn claims_from_both_doors_wait_on_an_uncommitted_sql_registration_then_replay_it() {
+    let app = spawn_app().await;
+    open_account(&app).await;
+    let mut first = app.db.begin().await.unwrap();
+    let (_, token) = sql_claim(&mut *first, "debit-3", "first", 30)
+        .await
+        .unwrap();
+
+    let mut client = app.client.clone();
+    let over_grpc =
+        tokio::spawn(async move { claim(&mut client, grpc_claim("debit-3", "grpc", 30)).await });
+    let db = app.db.clone();
+    let over_sql = tokio::spawn(async move {
+        let mut tx = db.begin().await.unwrap();
+        let answer = sql_claim(&mut *tx, "debit-3", "second", 30).await.unwrap();
+        tx.commit().await.unwrap();
+        answer
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!over_grpc.is_finished(), "the gRPC Claim did not wait");
+    assert!(!over_sql.is_finished(), "the SQL Claim did not wait");
+    debit(&mut first, 30).await;
+    sql_succeed(&mut *first, "debit-3", token, b"debited")
+        .await
+        .unwrap();
+    first.commit().await.unwrap();
+
+    let grpc_answer = over_grpc.await.unwrap();
+    assert_eq!(grpc_answer.outcome(), ClaimOutcome::Replayed);
+    assert_eq!(grpc_answer.operation.unwrap().result, b"debited");
+    let (outcome, replayed_token) = over_sql.await.unwrap();
+    assert_eq!((outcome.as_str(), replayed_token), ("REPLAYED", token));
+    assert_eq!(operation_rows(&app.db, "debit-3").await, 1);
+    assert_eq!(balance(&app.db).await, OPENING_BALANCE - 30);
+}
+
+#[tokio::test]
+async fn a_rolled_back_registration_lets_the_waiting_claim_register() {
+    let app = spawn_app().await;
+    let mut first = app.db.begin().await.unwrap();
+    sql_claim(&mut *first, "debit-4", "first", 30)
+        .await
+        .unwrap();
+    let db = app.db.clone();
+    let waiting = tokio::spawn(async move { sql_claim(&db, "debit-4", "second", 30).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the second Claim did not wait");
+    first.rollback().await.unwrap();
+
+    let (outcome, _) = waiting.await.unwrap().unwrap();
+    assert_eq!(outcome, "ACQUIRED");
+    let owner: String = sqlx::query_scalar(
+        "SELECT lease_owner FROM operations WHERE namespace = $1 AND operation_key = 'debit-4'",
+    )
+    .bind(NS)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(owner, "second");
+}
+
+/// Rounds of callers racing for one key each, half through SQL transactions
+/// that debit and complete before they commit, half over gRPC (which debit
+/// and Complete after an ACQUIRED): each key is debited once, by its one
+/// winner, and its record holds one execution.
+#[tokio::test]
+async fn callers_racing_through_both_doors_debit_each_key_once() {
+    const ROUNDS: usize = 8;
+    const CALLERS: usize = 8;
+    let app = spawn_app().await;
+    sqlx::raw_sql(
+        "CREATE TABLE debits (operation_key text NOT NULL, door text NOT NULL, amount bigint NOT NULL)",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
+    for round in 0..ROUNDS {
+        let key = format!("race-{round}");
+        let mut callers = Vec::new();
+        for caller in 0..CALLERS {
+            let (db, mut client, key) = (app.db.clone(), app.client.clone(), key.clone());
+            callers.push(tokio::spawn(async move {
+                let owner = format!("caller-{caller}");
+                if caller % 2 == 0 {
+                    let mut tx = db.begin().await.unwrap();
+                    let (outcome, token) = sql_claim(&mut *tx, &key, &owner, 30).await.unwrap();
+                    if outcome == "ACQUIRED" {
+                        sqlx::query("INSERT INTO debits VALUES ($1, 'sql', 30)")
+                            .bind(&key)
+                            .execute(&mut *tx)
+                            .await
+                            .unwrap();
+                        sql_succeed(&mut *tx, &key, token, b"debited")
+                            .await
+                            .unwrap();
+                    }
+                    tx.commit().await.unwrap();
+                    outcome
+                } else {
+                    let answer = claim(&mut client, grpc_claim(&key, &owner, 30)).await;
+                    if answer.outcome() == ClaimOutcome::Acquired {
+                        sqlx::query("INSERT INTO debits VALUES ($1, 'grpc', 30)")
+                            .bind(&key)
+                            .execute(&db)
+                            .await
+                            .unwrap();
+                        client
+                            .complete(complete_request(
+                                NS,
+                                &key,
+                                token(&answer),
+                                success(b"debited"),
+                            ))
+                            .await
+                            .unwrap();
+                    }
+                    answer
+                        .outcome()
+                        .as_str_name()
+                        .trim_start_matches("CLAIM_OUTCOME_")
+                        .to_owned()
+                }
+            }));
+        }
+        let mut acquired = 0;
+        for caller in callers {
+            let outcome = caller.await.unwrap();
+            assert!(
+                ["ACQUIRED", "IN_PROGRESS", "REPLAYED"].contains(&outcome.as_str()),
+                "{key}: {outcome}"
+            );
+            acquired += usize::from(outcome == "ACQUIRED");
+        }
+        assert_eq!(acquired, 1, "{key}: one winner");
+        let (debits, executions, status): (i64, i64, String) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM debits WHERE operation_key = $2),
+                    (SELECT count(*) FROM executions WHERE namespace = $1 AND operation_key = $2),
+                    (SELECT status FROM operations WHERE namespace = $1 AND operation_key = $2)",
+        )
+        .bind(NS)
+        .bind(&key)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+        assert_eq!(
+            (debits, executions, status.as_str()),
+            (1, 1, "succeeded"),
+            "{key}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn each_door_refuses_a_token_that_is_not_the_current_one() {
+    let mut app = spawn_app().await;
+    let foreign = i64::try_from(token(
+        &claim(&mut app.client, grpc_claim("another", "grpc", 1)).await,
+    ))
+    .unwrap();
+
+    // Leased over gRPC: SQL cannot complete or write with another token,
+    let held = token(&claim(&mut app.client, grpc_claim("held-by-grpc", "grpc", 1)).await);
+    let (outcome, _) = sql_claim(&app.db, "held-by-grpc", "lab", 1).await.unwrap();
+    assert_eq!(outcome, "IN_PROGRESS");
+    let refused = sql_succeed(&app.db, "held-by-grpc", foreign, b"x").await;
+    assert_eq!(
+        refusal(refused),
+        ("55000".into(), "STALE_FENCING_TOKEN".into())
+    );
+    let write = sqlx::query(
+        "SELECT * FROM opreg_sql.fenced_write($1, 'account:1', 'held-by-grpc', $2, 'x')",
+    )
+    .bind(NS)
+    .bind(foreign)
+    .execute(&app.db)
+    .await;
+    assert_eq!(
+        refusal(write),
+        ("55000".into(), "STALE_FENCING_TOKEN".into())
+    );
+    // but completes it with the lease's own token.
+    let status = sql_succeed(&app.db, "held-by-grpc", i64::try_from(held).unwrap(), b"ok")
+        .await
+        .unwrap();
+    assert_eq!(status, "SUCCEEDED");
+
+    // Leased through SQL: gRPC cannot complete it with another token.
+    let (_, leased) = sql_claim(&app.db, "held-in-sql", "lab", 1).await.unwrap();
+    let refused = app
+        .client
+        .complete(complete_request(
+            NS,
+            "held-in-sql",
+            u64::try_from(foreign).unwrap(),
+            success(b"x"),
+        ))
+        .await;
+    assert_error(refused, tonic::Code::Aborted, "STALE_FENCING_TOKEN");
+    // A report recorded over gRPC is the same report to the SQL door.
+    app.client
+        .complete(complete_request(
+            NS,
+            "held-in-sql",
+            u64::try_from(leased).unwrap(),
+            success(b"same"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        sql_succeed(&app.db, "held-in-sql", leased, b"same")
+            .await
+            .unwrap(),
+        "SUCCEEDED"
+    );
+    let different = sql_succeed(&app.db, "held-in-sql", leased, b"different").await;
+    assert_eq!(
+        refusal(different),
+        ("55000".into(), "ALREADY_COMPLETED".into())
+    );
+}
+
+#[tokio::test]
+async fn a_takeover_over_grpc_fences_out_the_sql_holder() {
+    let mut app = spawn_app().await;
+    let (_, first) = sqlx::query_as::<_, (String, i64)>(
+        "SELECT outcome, fencing_token FROM opreg_sql.claim($1, 'transfer-1', '{}', 'first', lease => '1 second')",
+    )
+    .bind(NS)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    let written: (i64, i64) = sqlx::query_as(
+        "SELECT fence, version FROM opreg_sql.fenced_write($1, 'ledger', 'transfer-1', $2, 'first')",
+    )
+    .bind(NS)
+    .bind(first)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(written, (first, 1));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let taken = claim(
+        &mut app.client,
+        claim_request(NS, "transfer-1", "second", json!({})),
+    )
+    .await;
+    assert_eq!(taken.outcome(), ClaimOutcome::Acquired);
+    let second = i64::try_from(token(&taken)).unwrap();
+    assert!(second > first);
+
+    let stale = sqlx::query(
+        "SELECT * FROM opreg_sql.fenced_write($1, 'ledger', 'transfer-1', $2, 'stale')",
+    )
+    .bind(NS)
+    .bind(first)
+    .execute(&app.db)
+    .await;
+    assert_eq!(
+        refusal(stale),
+        ("55000".into(), "STALE_FENCING_TOKEN".into())
+    );
+    let stale = sql_succeed(&app.db, "transfer-1", first, b"late").await;
+    assert_eq!(
+        refusal(stale),
+        ("55000".into(), "STALE_FENCING_TOKEN".into())
+    );
+    let (value, fence): (Vec<u8>, i64) = sqlx::query_as(
+        "SELECT value, fence FROM resources WHERE namespace = $1 AND resource = 'ledger'",
+    )
+    .bind(NS)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(
+        (value.as_slice(), fence),
+        (&b"first"[..], first),
+        "the stale write changed nothing"
+    );
+    let history: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT fencing_token, outcome FROM executions
+         WHERE namespace = $1 AND operation_key = 'transfer-1' ORDER BY fencing_token",
+    )
+    .bind(NS)
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(
+        history,
+        [(first, "superseded".into()), (second, "running".into())]
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_outcome_recorded_in_sql_is_seen_by_lookup_the_queue_claim_due_and_the_gauges() {
+    let mut app = spawn_app_with(|config| {
+        config.telemetry.gauge_refresh_interval = Duration::from_millis(100);
+    })
+    .await;
+    let (_, token) = sql_claim(&app.db, "payout-1", "lab", 5).await.unwrap();
+    let status: String = sqlx::query_scalar(
+        "SELECT status FROM opreg_sql.complete($1, 'payout-1', $2, 'UNKNOWN', remote_ref => 'psp-7', message => 'timed out')",
+    )
+    .bind(NS)
+    .bind(token)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(status, "UNKNOWN");
+
+    let looked_up = lookup_history(&mut app.client, NS, "payout-1").await;
+    let operation = looked_up.operation.unwrap();
+    assert_eq!(operation.status(), pb::OperationStatus::Unknown);
+    assert_eq!(operation.remote_ref, "psp-7");
+    let listed = app
+        .admin
+        .list_operations(pb::ListOperationsRequest {
+            namespace: NS.into(),
+            statuses: vec![pb::OperationStatus::Unknown.into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .operations;
+    assert_eq!(listed.len(), 1);
+    let ns = ("namespace", NS);
+    let mut unknown_gauge = 0.0;
+    for _ in 0..50 {
+        unknown_gauge = scrape(app.metrics_addr)
+            .await
+            .value("opreg_operations", &[ns, ("status", "unknown")]);
+        if unknown_gauge == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        unknown_gauge, 1.0,
+        "the gauges read what the SQL door wrote"
+    );
+    let handed = claim_due(&mut app.client, NS, "worker", 10).await;
+    assert_eq!(handed.len(), 1);
+    assert_eq!(handed[0].outcome(), ClaimOutcome::Reconcile);
+    assert!(i64::try_from(handed[0].lease.as_ref().unwrap().fencing_token).unwrap() > token);
+}
+
+/// A login role of its own for one test, dropped with what it was granted.
+struct DoorRole {
+    name: String,
+    options: sqlx::postgres::PgConnectOptions,
+}
+
+impl DoorRole {
+    async fn create(app: &TestApp, tag: &str) -> Self {
+        let name = format!("door_{tag}_{}", std::process::id());
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE ROLE {name} LOGIN")))
+            .execute(&app.db)
+            .await
+            .unwrap();
+        Self {
+            options: app.db_options.clone().username(&name),
+            name,
+        }
+    }
+
+    async fn connect(&self) -> PgConnection {
+        PgConnection::connect_with(&self.options).await.unwrap()
+    }
+
+    async fn drop_from(self, app: &TestApp) {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP OWNED BY {0}; DROP ROLE {0}",
+            self.name
+        )))
+        .execute(&app.db)
+        .await
+        .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_role_reaches_only_the_namespaces_it_was_granted() {
+    let app = spawn_app().await;
+    let role = DoorRole::create(&app, "granted").await;
+    sqlx::query("SELECT opreg_sql.grant_namespace($1::regrole, 'payments')")
+        .bind(&role.name)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let mut door = role.connect().await;
+    let params = json!({"amount": 1});
+
+    let (outcome, token) = sql_claim_in(&mut door, "payments", "debit-1", "app", &params)
+        .await
+        .unwrap();
+    assert_eq!(outcome, "ACQUIRED");
+    let denied = ("42501".to_owned(), "PERMISSION_DENIED".to_owned());
+    assert_eq!(
+        refusal(sql_claim_in(&mut door, "ledger", "debit-1", "app", &params).await),
+        denied
+    );
+    let lookup = sqlx::query("SELECT * FROM opreg_sql.lookup('ledger', 'debit-1')")
+        .execute(&mut door)
+        .await;
+    assert_eq!(refusal(lookup), denied);
+    // The tables and the grants are out of its reach but through the door.
+    let read = sqlx::query("SELECT count(*) FROM operations")
+        .execute(&mut door)
+        .await;
+    assert_eq!(refusal(read).0, "42501");
+    let widen = sqlx::query("SELECT opreg_sql.grant_namespace(current_user::regrole, '*')")
+        .execute(&mut door)
+        .await;
+    assert_eq!(refusal(widen).0, "42501");
+    let forged = sqlx::query("INSERT INTO opreg_sql.namespace_grants VALUES (current_user, '*')")
+        .execute(&mut door)
+        .await;
+    assert_eq!(refusal(forged).0, "42501");
+    let completed: String = sqlx::query_scalar(
+        "SELECT status FROM opreg_sql.complete('payments', 'debit-1', $1, 'SUCCESS')",
+    )
+    .bind(token)
+    .fetch_one(&mut door)
+    .await
+    .unwrap();
+    assert_eq!(completed, "SUCCEEDED");
+
+    // Taken back, the namespace is refused too, and nothing was written outside it.
+    let revoked: bool =
+        sqlx::query_scalar("SELECT opreg_sql.revoke_namespace($1::regrole, 'payments')")
+            .bind(&role.name)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert!(revoked);
+    assert_eq!(
+        refusal(sql_claim_in(&mut door, "payments", "debit-2", "app", &params).await),
+        denied
+    );
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT namespace, operation_key FROM operations ORDER BY 1, 2")
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(rows, [("payments".into(), "debit-1".into())]);
+    door.close().await.unwrap();
+    role.drop_from(&app).await;
+}
+
+#[tokio::test]
+async fn a_grant_to_a_group_role_covers_its_members_and_set_role() {
+    let app = spawn_app().await;
+    let group = DoorRole::create(&app, "group").await;
+    let member = DoorRole::create(&app, "member").await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "GRANT {} TO {}",
+        group.name, member.name
+    )))
+    .execute(&app.db)
+    .await
+    .unwrap();
+    sqlx::query("SELECT opreg_sql.grant_namespace($1::regrole, 'payments')")
+        .bind(&group.name)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let mut door = member.connect().await;
+    let (outcome, _) = sql_claim_in(&mut door, "payments", "k", "app", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(outcome, "ACQUIRED");
+    // A member that sets another role answers as that role, whose
+    // namespace is another.
+    let other = DoorRole::create(&app, "other").await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "GRANT {} TO {}",
+        other.name, member.name
+    )))
+    .execute(&app.db)
+    .await
+    .unwrap();
+    sqlx::query("SELECT opreg_sql.grant_namespace($1::regrole, 'ledger')")
+        .bind(&other.name)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("SET ROLE {}", other.name)))
+        .execute(&mut door)
+        .await
+        .unwrap();
+    let refused = sql_claim_in(&mut door, "payments", "k2", "app", &json!({})).await;
+    assert_eq!(
+        refusal(refused),
+        ("42501".into(), "PERMISSION_DENIED".into())
+    );
+    let (outcome, _) = sql_claim_in(&mut door, "ledger", "k2", "app", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(outcome, "ACQUIRED");
+    door.close().await.unwrap();
+    for role in [member, other, group] {
+        role.drop_from(&app).await;
+    }
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_as_invalid_argument_and_writes_nothing() {
+    let app = spawn_app().await;
+    let invalid = ("22023".to_owned(), "INVALID_ARGUMENT".to_owned());
+    for call in [
+        "SELECT * FROM opreg_sql.claim('', 'k', '{}', 'o')",
+        "SELECT * FROM opreg_sql.claim('ns', ' k', '{}', 'o')",
+        "SELECT * FROM opreg_sql.claim('ns', 'k', '[1]', 'o')",
+        "SELECT * FROM opreg_sql.claim('ns', 'k', '{}', '')",
+        "SELECT * FROM opreg_sql.claim('ns', 'k', '{}', 'o', lease => '2 hours')",
+        "SELECT * FROM opreg_sql.claim('ns', 'k', '{}', 'o', max_attempts => 0)",
+        "SELECT * FROM opreg_sql.claim('ns', 'k', '{}', 'o', initial_backoff => '2 s', max_backoff => '1 s')",
+        "SELECT * FROM opreg_sql.claim('ns', 'k', NULL, 'o')",
+        "SELECT * FROM opreg_sql.complete('ns', 'k', 0, 'SUCCESS')",
+        "SELECT * FROM opreg_sql.complete('ns', 'k', 1, 'DONE')",
+        "SELECT * FROM opreg_sql.complete('ns', 'k', 1, 'SUCCESS', code => 'E1')",
+        "SELECT * FROM opreg_sql.complete('ns', 'k', 1, 'FAILURE', result => 'x')",
+        "SELECT * FROM opreg_sql.complete('ns', 'k', 1, 'RETRYABLE', retry_after => '-1 s')",
+        "SELECT * FROM opreg_sql.fenced_write('ns', '', 'k', 1, 'x')",
+        "SELECT * FROM opreg_sql.lookup('ns', '')",
+    ] {
+        let refused = sqlx::query(call).execute(&app.db).await;
+        assert_eq!(refusal(refused), invalid, "{call}");
+    }
+    let large = format!(
+        "SELECT * FROM opreg_sql.claim('ns', 'k', jsonb_build_object('blob', repeat('x', {})), 'o')",
+        70_000
+    );
+    assert_eq!(
+        refusal(
+            sqlx::query(sqlx::AssertSqlSafe(large))
+                .execute(&app.db)
+                .await
+        ),
+        invalid
+    );
+    let missing = sqlx::query("SELECT * FROM opreg_sql.complete('ns', 'nothing', 1, 'SUCCESS')")
+        .execute(&app.db)
+        .await;
+    assert_eq!(
+        refusal(missing),
+        ("P0002".into(), "OPERATION_NOT_FOUND".into())
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM operations")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0);
+}
+
+#[tokio::test]
+async fn a_conflicting_claim_names_the_fields_that_differ() {
+    let app = spawn_app().await;
+    sql_claim(&app.db, "debit-5", "lab", 100).await.unwrap();
+    let refused = sql_claim(&app.db, "debit-5", "lab", 101).await.unwrap_err();
+    let pg = refused
+        .as_database_error()
+        .and_then(|e| e.try_downcast_ref::<PgDatabaseError>())
+        .unwrap();
+    assert_eq!(
+        (pg.code(), pg.detail()),
+        ("23505", Some("PARAMETER_CONFLICT"))
+    );
+    assert!(
+        pg.hint().unwrap().ends_with("differingFields=amount"),
+        "{:?}",
+        pg.hint()
+    );
+}
+
+#[tokio::test]
+async fn retention_purges_what_the_sql_door_finished() {
+    let app = spawn_app_with(|config| {
+        config.lifecycle.maintenance_interval = Duration::from_millis(100);
+        config.lifecycle.retention = "1h".parse().unwrap();
+    })
+    .await;
+    for key in ["old", "recent"] {
+        let (_, token) = sql_claim(&app.db, key, "lab", 1).await.unwrap();
+        sql_succeed(&app.db, key, token, b"ok").await.unwrap();
+    }
+    sqlx::query(
+        "UPDATE operations SET completed_at = clock_timestamp() - interval '2 hours'
+         WHERE operation_key = 'old'",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
+    for _ in 0..100 {
+        if operation_rows(&app.db, "old").await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        operation_rows(&app.db, "old").await,
+        0,
+        "purged past its retention"
+    );
+    assert_eq!(operation_rows(&app.db, "recent").await, 1, "kept within it");
+}
