@@ -71,22 +71,29 @@ BEGIN
     ) THEN
         RETURN;
     END IF;
-    RAISE EXCEPTION 'role % may not use namespace %', caller, namespace
-        USING ERRCODE = 'insufficient_privilege', DETAIL = 'PERMISSION_DENIED',
-              HINT = format('principal=%s; namespace=%s', caller, namespace);
+    PERFORM opreg_sql.refuse_with('42501', 'PERMISSION_DENIED',
+        format('role %s may not use namespace %s', caller, namespace),
+        format('principal=%s; namespace=%s', caller, namespace));
+END
+$$;
+
+-- Every refusal of the door: the SQLSTATE, the contract's reason as the
+-- DETAIL, its metadata as the HINT.
+CREATE FUNCTION opreg_sql.refuse_with(sqlstate text, reason text, message text, hint text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF hint IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = sqlstate, MESSAGE = message, DETAIL = reason;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = sqlstate, MESSAGE = message, DETAIL = reason, HINT = hint;
 END
 $$;
 
 -- A refusal of one argument, as INVALID_ARGUMENT with the field's name.
 CREATE FUNCTION opreg_sql.refuse(field text, violation text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-    RAISE EXCEPTION '% %', field, violation
-        USING ERRCODE = 'invalid_parameter_value', DETAIL = 'INVALID_ARGUMENT',
-              HINT = format('field=%s', field);
-END
-$$;
+LANGUAGE sql VOLATILE
+RETURN opreg_sql.refuse_with('22023', 'INVALID_ARGUMENT', field || ' ' || violation, 'field=' || field);
 
 -- The identifier rule of domain/text.rs: present, within max_bytes, no
 -- surrounding white space, no control characters.
@@ -195,41 +202,31 @@ BEGIN
               AND NOT (o.parameters_canonical::jsonb ? asked.key)
         ) AS fields;
     END IF;
-    RAISE EXCEPTION 'operation % in namespace % is registered with other parameters (differing fields: %)',
-            o.operation_key, o.namespace, nullif(differing, '')
-        USING ERRCODE = 'unique_violation', DETAIL = 'PARAMETER_CONFLICT',
-              HINT = format('storedDigest=%s; requestDigest=%s; differingFields=%s',
-                            encode(o.parameters_digest, 'hex'), encode(digest, 'hex'), differing);
+    PERFORM opreg_sql.refuse_with('23505', 'PARAMETER_CONFLICT',
+        format('operation %s in namespace %s is registered with other parameters (differing fields: %s)',
+               o.operation_key, o.namespace, coalesce(nullif(differing, ''), 'none named')),
+        format('storedDigest=%s; requestDigest=%s; differingFields=%s',
+               encode(o.parameters_digest, 'hex'), encode(digest, 'hex'), differing));
 END
 $$;
 
 CREATE FUNCTION opreg_sql.refuse_stale(presented bigint, current_token bigint) RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-    RAISE EXCEPTION 'fencing token % is not the current one (%)', presented, current_token
-        USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = 'STALE_FENCING_TOKEN',
-              HINT = format('presentedToken=%s; currentToken=%s', presented, current_token);
-END
-$$;
+LANGUAGE sql VOLATILE
+RETURN opreg_sql.refuse_with('55000', 'STALE_FENCING_TOKEN',
+    format('fencing token %s is not the current one (%s)', presented, current_token),
+    format('presentedToken=%s; currentToken=%s', presented, current_token));
 
 CREATE FUNCTION opreg_sql.refuse_not_found(namespace text, operation_key text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-    RAISE EXCEPTION 'no operation % in namespace %', operation_key, namespace
-        USING ERRCODE = 'no_data_found', DETAIL = 'OPERATION_NOT_FOUND';
-END
-$$;
+LANGUAGE sql VOLATILE
+RETURN opreg_sql.refuse_with('P0002', 'OPERATION_NOT_FOUND',
+    format('no operation %s in namespace %s', operation_key, namespace), NULL);
 
+-- The row kept changing under the call (every round's guarded write matched
+-- nothing): try again.
 CREATE FUNCTION opreg_sql.refuse_busy(namespace text, operation_key text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-    RAISE EXCEPTION 'operation % in namespace % kept changing; try again', operation_key, namespace
-        USING ERRCODE = 'lock_not_available', DETAIL = 'OPERATION_BUSY';
-END
-$$;
+LANGUAGE sql VOLATILE
+RETURN opreg_sql.refuse_with('55P03', 'OPERATION_BUSY',
+    format('operation %s in namespace %s kept changing; try again', operation_key, namespace), NULL);
 
 -- Claim: registers the operation with its first lease, or answers from what
 -- exists (domain/claim.rs decide): a replay, the lease of its live holder,
@@ -555,9 +552,9 @@ BEGIN
             IF recorded = report THEN
                 RETURN opreg_sql.operation_of(found_row);
             END IF;
-            RAISE EXCEPTION 'fencing token % already reported another outcome', complete.fencing_token
-                USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = 'ALREADY_COMPLETED',
-                      HINT = format('fencingToken=%s', complete.fencing_token);
+            PERFORM opreg_sql.refuse_with('55000', 'ALREADY_COMPLETED',
+                format('fencing token %s already reported another outcome', complete.fencing_token),
+                format('fencingToken=%s', complete.fencing_token));
         END IF;
         IF NOT started OR found_row.fencing_token <> complete.fencing_token
            OR found_row.status <> 'in_progress' OR found_row.held_at IS NOT NULL THEN

@@ -8,6 +8,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::accounts::*;
 use common::*;
 use opreg_client::proto::{self as pb, ClaimOutcome};
 use opreg_server::config::Config;
@@ -17,48 +18,9 @@ use serde_json::json;
 use sqlx::PgConnection;
 
 const NS: &str = "transactional";
-const OPENING_BALANCE: i64 = 100;
 
 fn door() -> InTransaction {
     InTransaction::new(Config::defaults().request_limits().unwrap())
-}
-
-/// The business table of the account lab: one account with 100.
-async fn open_account(app: &TestApp) {
-    sqlx::raw_sql(
-        "CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0));
-         INSERT INTO accounts VALUES ('A', 100);",
-    )
-    .execute(&app.db)
-    .await
-    .unwrap();
-}
-
-/// The business write: debits account A, refused below zero (`23514`).
-async fn debit(db: &mut PgConnection, amount: i64) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE accounts SET balance = balance - $1 WHERE id = 'A'")
-        .bind(amount)
-        .execute(db)
-        .await
-        .map(drop)
-}
-
-async fn balance(app: &TestApp) -> i64 {
-    sqlx::query_scalar("SELECT balance FROM accounts WHERE id = 'A'")
-        .fetch_one(&app.db)
-        .await
-        .unwrap()
-}
-
-async fn operation_rows(app: &TestApp, key: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM operations WHERE namespace = $1 AND operation_key = $2",
-    )
-    .bind(NS)
-    .bind(key)
-    .fetch_one(&app.db)
-    .await
-    .unwrap()
 }
 
 fn debit_claim(key: &str, owner: &str, amount: i64) -> pb::ClaimRequest {
@@ -104,17 +66,17 @@ async fn debit_once(app: &TestApp, key: &str, amount: i64, commit: bool) {
 #[tokio::test]
 async fn claim_debit_and_complete_commit_together_and_the_grpc_door_replays_them() {
     let mut app = spawn_app().await;
-    open_account(&app).await;
+    open_account(&app.db).await;
     debit_once(&app, "debit-1", 30, true).await;
 
-    assert_eq!(balance(&app).await, OPENING_BALANCE - 30);
+    assert_eq!(balance(&app.db).await, OPENING_BALANCE - 30);
     let replayed = claim(&mut app.client, debit_claim("debit-1", "grpc", 30)).await;
     assert_eq!(replayed.outcome(), ClaimOutcome::Replayed);
     let operation = replayed.operation.unwrap();
     assert_eq!(operation.status(), pb::OperationStatus::Succeeded);
     assert_eq!(operation.result, b"debited");
     assert_eq!(
-        balance(&app).await,
+        balance(&app.db).await,
         OPENING_BALANCE - 30,
         "a replay debits nothing"
     );
@@ -123,11 +85,11 @@ async fn claim_debit_and_complete_commit_together_and_the_grpc_door_replays_them
 #[tokio::test]
 async fn a_rollback_leaves_no_operation_and_no_debit() {
     let mut app = spawn_app().await;
-    open_account(&app).await;
+    open_account(&app.db).await;
     debit_once(&app, "debit-2", 30, false).await;
 
-    assert_eq!(operation_rows(&app, "debit-2").await, 0);
-    assert_eq!(balance(&app).await, OPENING_BALANCE);
+    assert_eq!(operation_rows(&app.db, NS, "debit-2").await, 0);
+    assert_eq!(balance(&app.db).await, OPENING_BALANCE);
     let found = app
         .client
         .lookup(pb::LookupRequest {
@@ -143,7 +105,7 @@ async fn a_rollback_leaves_no_operation_and_no_debit() {
 #[tokio::test]
 async fn a_business_error_rolls_the_claim_back_with_it() {
     let app = spawn_app().await;
-    open_account(&app).await;
+    open_account(&app.db).await;
     let door = door();
     let mut tx = app.db.begin().await.unwrap();
     door.claim(&mut tx, debit_claim("debit-3", "lab", 500))
@@ -160,8 +122,8 @@ async fn a_business_error_rolls_the_claim_back_with_it() {
     );
     tx.rollback().await.unwrap();
 
-    assert_eq!(operation_rows(&app, "debit-3").await, 0);
-    assert_eq!(balance(&app).await, OPENING_BALANCE);
+    assert_eq!(operation_rows(&app.db, NS, "debit-3").await, 0);
+    assert_eq!(balance(&app.db).await, OPENING_BALANCE);
 }
 
 /// A gRPC Claim of `key`, sent while a transaction holds its uncommitted
@@ -181,7 +143,7 @@ async fn racing_grpc_claim(app: &TestApp, key: &str) -> tokio::task::JoinHandle<
 #[tokio::test]
 async fn a_grpc_claim_waits_on_the_uncommitted_registration_then_replays_what_committed() {
     let app = spawn_app().await;
-    open_account(&app).await;
+    open_account(&app.db).await;
     let door = door();
     let mut tx = app.db.begin().await.unwrap();
     let token = acquire(&door, &mut tx, "debit-4", "lab").await;
@@ -193,14 +155,14 @@ async fn a_grpc_claim_waits_on_the_uncommitted_registration_then_replays_what_co
     let answer = racing.await.unwrap();
     assert_eq!(answer.outcome(), ClaimOutcome::Replayed);
     assert_eq!(answer.operation.unwrap().result, b"debited");
-    assert_eq!(operation_rows(&app, "debit-4").await, 1);
-    assert_eq!(balance(&app).await, OPENING_BALANCE - 30);
+    assert_eq!(operation_rows(&app.db, NS, "debit-4").await, 1);
+    assert_eq!(balance(&app.db).await, OPENING_BALANCE - 30);
 }
 
 #[tokio::test]
 async fn a_grpc_claim_waits_on_the_uncommitted_registration_then_registers_after_a_rollback() {
     let app = spawn_app().await;
-    open_account(&app).await;
+    open_account(&app.db).await;
     let door = door();
     let mut tx = app.db.begin().await.unwrap();
     door.claim(&mut tx, debit_claim("debit-5", "lab", 30))
@@ -212,7 +174,7 @@ async fn a_grpc_claim_waits_on_the_uncommitted_registration_then_registers_after
     let answer = racing.await.unwrap();
     assert_eq!(answer.outcome(), ClaimOutcome::Acquired);
     assert_eq!(answer.lease.unwrap().owner, "grpc");
-    assert_eq!(operation_rows(&app, "debit-5").await, 1);
+    assert_eq!(operation_rows(&app.db, NS, "debit-5").await, 1);
 }
 
 #[tokio::test]
@@ -301,7 +263,7 @@ async fn bad_input_is_refused_with_the_contracts_error_and_writes_nothing() {
 #[tokio::test]
 async fn a_second_transaction_waits_on_the_first_ones_registration_then_replays_it() {
     let app = spawn_app().await;
-    open_account(&app).await;
+    open_account(&app.db).await;
     let door = door();
     let mut first = app.db.begin().await.unwrap();
     let token = acquire(&door, &mut first, "debit-6", "first").await;
@@ -325,7 +287,7 @@ async fn a_second_transaction_waits_on_the_first_ones_registration_then_replays_
     let answer = second.await.unwrap().unwrap();
     assert_eq!(answer.outcome(), ClaimOutcome::Replayed);
     assert_eq!(answer.operation.unwrap().result, b"debited");
-    assert_eq!(balance(&app).await, OPENING_BALANCE - 30);
+    assert_eq!(balance(&app.db).await, OPENING_BALANCE - 30);
 }
 
 #[tokio::test]

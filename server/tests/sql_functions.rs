@@ -11,6 +11,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::accounts::*;
 use common::*;
 use opreg_client::proto::{self as pb, ClaimOutcome};
 use serde_json::{Value, json};
@@ -18,43 +19,6 @@ use sqlx::postgres::PgDatabaseError;
 use sqlx::{Connection, PgConnection, PgExecutor, PgPool};
 
 const NS: &str = "sql-door";
-const OPENING_BALANCE: i64 = 100;
-
-async fn open_account(app: &TestApp) {
-    sqlx::raw_sql(
-        "CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0));
-         INSERT INTO accounts VALUES ('A', 100);",
-    )
-    .execute(&app.db)
-    .await
-    .unwrap();
-}
-
-async fn debit(db: &mut PgConnection, amount: i64) {
-    sqlx::query("UPDATE accounts SET balance = balance - $1 WHERE id = 'A'")
-        .bind(amount)
-        .execute(db)
-        .await
-        .unwrap();
-}
-
-async fn balance(db: &PgPool) -> i64 {
-    sqlx::query_scalar("SELECT balance FROM accounts WHERE id = 'A'")
-        .fetch_one(db)
-        .await
-        .unwrap()
-}
-
-async fn operation_rows(db: &PgPool, key: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM operations WHERE namespace = $1 AND operation_key = $2",
-    )
-    .bind(NS)
-    .bind(key)
-    .fetch_one(db)
-    .await
-    .unwrap()
-}
 
 /// `opreg_sql.claim` of `key` in `namespace`: its outcome and token.
 async fn sql_claim_in(
@@ -125,11 +89,11 @@ fn grpc_claim(key: &str, owner: &str, amount: i64) -> pb::ClaimRequest {
 #[tokio::test]
 async fn claim_debit_and_complete_commit_together_and_every_door_reads_them() {
     let mut app = spawn_app().await;
-    open_account(&app).await;
+    open_account(&app.db).await;
     let mut tx = app.db.begin().await.unwrap();
     let (outcome, token) = sql_claim(&mut *tx, "debit-1", "lab", 30).await.unwrap();
     assert_eq!(outcome, "ACQUIRED");
-    debit(&mut tx, 30).await;
+    debit(&mut tx, 30).await.unwrap();
     let status = sql_succeed(&mut *tx, "debit-1", token, b"debited")
         .await
         .unwrap();
@@ -151,11 +115,11 @@ async fn claim_debit_and_complete_commit_together_and_every_door_reads_them() {
 #[tokio::test]
 async fn a_business_error_rolls_the_claim_back_with_it() {
     let app = spawn_app().await;
-    open_account(&app).await;
+    open_account(&app.db).await;
     let mut tx = app.db.begin().await.unwrap();
     let (outcome, _) = sql_claim(&mut *tx, "debit-2", "lab", 30).await.unwrap();
     assert_eq!(outcome, "ACQUIRED");
-    debit(&mut tx, 30).await;
+    debit(&mut tx, 30).await.unwrap();
     let business = sqlx::query(
         "DO $$ BEGIN RAISE EXCEPTION 'insufficient funds' USING ERRCODE = 'P0001'; END $$",
     )
@@ -164,7 +128,11 @@ async fn a_business_error_rolls_the_claim_back_with_it() {
     assert_eq!(refusal(business).0, "P0001");
     tx.rollback().await.unwrap();
 
-    assert_eq!(operation_rows(&app.db, "debit-2").await, 0, "operationRows");
+    assert_eq!(
+        operation_rows(&app.db, NS, "debit-2").await,
+        0,
+        "operationRows"
+    );
     assert_eq!(balance(&app.db).await, OPENING_BALANCE);
     let executions: i64 = sqlx::query_scalar("SELECT count(*) FROM executions")
         .fetch_one(&app.db)
@@ -176,7 +144,7 @@ async fn a_business_error_rolls_the_claim_back_with_it() {
 #[tokio::test]
 async fn claims_from_both_doors_wait_on_an_uncommitted_sql_registration_then_replay_it() {
     let app = spawn_app().await;
-    open_account(&app).await;
+    open_account(&app.db).await;
     let mut first = app.db.begin().await.unwrap();
     let (_, token) = sql_claim(&mut *first, "debit-3", "first", 30)
         .await
@@ -195,7 +163,7 @@ async fn claims_from_both_doors_wait_on_an_uncommitted_sql_registration_then_rep
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!over_grpc.is_finished(), "the gRPC Claim did not wait");
     assert!(!over_sql.is_finished(), "the SQL Claim did not wait");
-    debit(&mut first, 30).await;
+    debit(&mut first, 30).await.unwrap();
     sql_succeed(&mut *first, "debit-3", token, b"debited")
         .await
         .unwrap();
@@ -206,7 +174,7 @@ async fn claims_from_both_doors_wait_on_an_uncommitted_sql_registration_then_rep
     assert_eq!(grpc_answer.operation.unwrap().result, b"debited");
     let (outcome, replayed_token) = over_sql.await.unwrap();
     assert_eq!((outcome.as_str(), replayed_token), ("REPLAYED", token));
-    assert_eq!(operation_rows(&app.db, "debit-3").await, 1);
+    assert_eq!(operation_rows(&app.db, NS, "debit-3").await, 1);
     assert_eq!(balance(&app.db).await, OPENING_BALANCE - 30);
 }
 
@@ -768,15 +736,19 @@ async fn retention_purges_what_the_sql_door_finished() {
     .await
     .unwrap();
     for _ in 0..100 {
-        if operation_rows(&app.db, "old").await == 0 {
+        if operation_rows(&app.db, NS, "old").await == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(
-        operation_rows(&app.db, "old").await,
+        operation_rows(&app.db, NS, "old").await,
         0,
         "purged past its retention"
     );
-    assert_eq!(operation_rows(&app.db, "recent").await, 1, "kept within it");
+    assert_eq!(
+        operation_rows(&app.db, NS, "recent").await,
+        1,
+        "kept within it"
+    );
 }

@@ -3,6 +3,7 @@
 //! 127.0.0.1:0 reached through the generated client.
 #![allow(dead_code)]
 
+pub mod accounts;
 pub mod pki;
 
 use std::sync::OnceLock;
