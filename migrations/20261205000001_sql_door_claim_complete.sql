@@ -45,6 +45,48 @@ CREATE TABLE opreg_sql.namespace_grants (
 COMMENT ON TABLE opreg_sql.namespace_grants IS
     'The namespaces each role may use through the SQL door (''*'': all); see opreg_sql.grant_namespace';
 
+-- The door's calls by outcome, for the server's metrics
+-- (opreg_sql_door_calls_total{call, outcome}, read through
+-- opreg_sql.call_counts). Each count is a sequence: nextval takes no lock a
+-- caller could queue on and no rollback undoes it, so a refused call (a
+-- conflict aborts the caller's statement) counts as the server's counters
+-- count it. Door-wide, not per namespace: what each namespace holds is in
+-- the gauges, which read the tables.
+DO $$
+DECLARE
+    counter text;
+BEGIN
+    FOREACH counter IN ARRAY ARRAY[
+        'claim__acquired', 'claim__replayed', 'claim__in_progress', 'claim__retry_later',
+        'claim__reconcile', 'claim__dead', 'claim__held', 'claim__conflict',
+        'execution__first', 'execution__retry', 'execution__takeover', 'execution__reconcile',
+        'execution__resume',
+        'complete__success', 'complete__failure', 'complete__retryable', 'complete__unknown',
+        'complete__repeated', 'complete__stale_fencing_token', 'complete__already_completed',
+        'fenced_write__written', 'fenced_write__stale_fencing_token'
+    ] LOOP
+        EXECUTE format('CREATE SEQUENCE opreg_sql.%I AS bigint', 'calls__' || counter);
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION opreg_sql.count_call(call text, outcome text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM nextval(format('opreg_sql.%I', 'calls__' || call || '__' || lower(outcome))::regclass);
+END
+$$;
+
+CREATE VIEW opreg_sql.call_counts AS
+    SELECT split_part(sequencename, '__', 2) AS call, split_part(sequencename, '__', 3) AS outcome,
+           coalesce(last_value, 0) AS calls
+    FROM pg_sequences
+    WHERE schemaname = 'opreg_sql' AND sequencename LIKE 'calls\_\_%';
+
+COMMENT ON VIEW opreg_sql.call_counts IS
+    'The SQL door''s calls by function and outcome since the database was created';
+
 -- The role the door answers to: the session's SET ROLE if any, else the role
 -- it logged in as. Inside a SECURITY DEFINER function current_user is the
 -- owner; the "role" setting still names the caller's role, and only a member
@@ -166,12 +208,22 @@ CREATE TYPE opreg_sql.claim_answer AS (
 COMMENT ON TYPE opreg_sql.claim_answer IS
     'What opreg_sql.claim answers; outcome is ACQUIRED, REPLAYED, IN_PROGRESS, RETRY_LATER, RECONCILE, DEAD or HELD';
 
-CREATE FUNCTION opreg_sql.claim_answer_of(outcome text, o operations, retry_after interval)
+-- A Claim's answer, counted under its outcome and, for a lease handed out,
+-- the execution it started (or resume: the live holder asked again).
+CREATE FUNCTION opreg_sql.claim_answer_of(outcome text, o operations, retry_after interval, execution text)
 RETURNS opreg_sql.claim_answer
-LANGUAGE sql STABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
-RETURN ROW(outcome, o.fencing_token, o.lease_expires_at, retry_after, upper(o.status), o.attempts,
-           o.result, o.result_ref, o.failure_code, o.failure_message, o.remote_ref)::opreg_sql.claim_answer;
+AS $$
+BEGIN
+    PERFORM opreg_sql.count_call('claim', outcome);
+    IF execution IS NOT NULL THEN
+        PERFORM opreg_sql.count_call('execution', execution);
+    END IF;
+    RETURN ROW(outcome, o.fencing_token, o.lease_expires_at, retry_after, upper(o.status), o.attempts,
+               o.result, o.result_ref, o.failure_code, o.failure_message, o.remote_ref)::opreg_sql.claim_answer;
+END
+$$;
 
 -- An operation as Lookup answers it.
 CREATE FUNCTION opreg_sql.operation_of(o operations) RETURNS opreg_sql.operation
@@ -191,6 +243,7 @@ AS $$
 DECLARE
     differing text := '';
 BEGIN
+    PERFORM opreg_sql.count_call('claim', 'conflict');
     IF o.parameters_canonical IS NOT NULL THEN
         SELECT coalesce(string_agg(field, ',' ORDER BY field), '') INTO differing
         FROM (
@@ -310,7 +363,7 @@ BEGIN
             ON CONFLICT ON CONSTRAINT operations_pkey DO NOTHING
             RETURNING * INTO moved;
             IF FOUND THEN
-                RETURN opreg_sql.claim_answer_of('ACQUIRED', moved, NULL);
+                RETURN opreg_sql.claim_answer_of('ACQUIRED', moved, NULL, 'first');
             END IF;
             CONTINUE;
         END IF;
@@ -337,14 +390,16 @@ BEGIN
         END;
 
         CASE step
-        WHEN 'REPLAYED', 'DEAD', 'ACQUIRED', 'RECONCILE' THEN
-            RETURN opreg_sql.claim_answer_of(step, found_row, NULL);
+        WHEN 'REPLAYED', 'DEAD' THEN
+            RETURN opreg_sql.claim_answer_of(step, found_row, NULL, NULL);
+        WHEN 'ACQUIRED', 'RECONCILE' THEN
+            RETURN opreg_sql.claim_answer_of(step, found_row, NULL, 'resume');
         WHEN 'HELD' THEN
-            RETURN opreg_sql.claim_answer_of(step, found_row, interval '60 seconds');
+            RETURN opreg_sql.claim_answer_of(step, found_row, interval '60 seconds', NULL);
         WHEN 'IN_PROGRESS' THEN
-            RETURN opreg_sql.claim_answer_of(step, found_row, found_row.lease_expires_at - now_);
+            RETURN opreg_sql.claim_answer_of(step, found_row, found_row.lease_expires_at - now_, NULL);
         WHEN 'RETRY_LATER' THEN
-            RETURN opreg_sql.claim_answer_of(step, found_row, found_row.next_attempt_at - now_);
+            RETURN opreg_sql.claim_answer_of(step, found_row, found_row.next_attempt_at - now_, NULL);
         WHEN 'exhaust' THEN
             -- transitions.rs exhaust: the row still as observed, and due.
             UPDATE operations AS o SET
@@ -367,7 +422,7 @@ BEGIN
               AND (o.status <> 'retry_scheduled' OR o.next_attempt_at <= clock_timestamp())
             RETURNING * INTO moved;
             IF FOUND THEN
-                RETURN opreg_sql.claim_answer_of('DEAD', moved, NULL);
+                RETURN opreg_sql.claim_answer_of('DEAD', moved, NULL, NULL);
             END IF;
         ELSE
             -- transitions.rs start_executions: the row locked and still as
@@ -427,7 +482,7 @@ BEGIN
             IF FOUND THEN
                 RETURN opreg_sql.claim_answer_of(
                     CASE WHEN step = 'start:reconcile' THEN 'RECONCILE' ELSE 'ACQUIRED' END,
-                    moved, NULL);
+                    moved, NULL, substr(step, 7));
             END IF;
         END CASE;
     END LOOP;
@@ -550,14 +605,17 @@ BEGIN
         END IF;
         IF recorded IS NOT NULL THEN
             IF recorded = report THEN
+                PERFORM opreg_sql.count_call('complete', 'repeated');
                 RETURN opreg_sql.operation_of(found_row);
             END IF;
+            PERFORM opreg_sql.count_call('complete', 'already_completed');
             PERFORM opreg_sql.refuse_with('55000', 'ALREADY_COMPLETED',
                 format('fencing token %s already reported another outcome', complete.fencing_token),
                 format('fencingToken=%s', complete.fencing_token));
         END IF;
         IF NOT started OR found_row.fencing_token <> complete.fencing_token
            OR found_row.status <> 'in_progress' OR found_row.held_at IS NOT NULL THEN
+            PERFORM opreg_sql.count_call('complete', 'stale_fencing_token');
             PERFORM opreg_sql.refuse_stale(complete.fencing_token, found_row.fencing_token);
         END IF;
 
@@ -625,6 +683,7 @@ BEGIN
           AND o.execution_token = complete.fencing_token AND o.execution_outcome_digest IS NULL
         RETURNING * INTO moved;
         IF FOUND THEN
+            PERFORM opreg_sql.count_call('complete', complete.outcome);
             RETURN opreg_sql.operation_of(moved);
         END IF;
     END LOOP;
@@ -674,6 +733,7 @@ BEGIN
     END IF;
     IF found_row.fencing_token <> fenced_write.fencing_token OR found_row.status <> 'in_progress'
        OR found_row.held_at IS NOT NULL THEN
+        PERFORM opreg_sql.count_call('fenced_write', 'stale_fencing_token');
         PERFORM opreg_sql.refuse_stale(fenced_write.fencing_token, found_row.fencing_token);
     END IF;
     INSERT INTO resources AS r (namespace, resource, value, fence, version, operation_key, updated_at)
@@ -688,10 +748,12 @@ BEGIN
     WHERE r.fence <= EXCLUDED.fence
     RETURNING r.fence, r.version INTO fence, version;
     IF NOT FOUND THEN
+        PERFORM opreg_sql.count_call('fenced_write', 'stale_fencing_token');
         PERFORM opreg_sql.refuse_stale(fenced_write.fencing_token,
             (SELECT r.fence FROM resources AS r
              WHERE r.namespace = fenced_write.namespace AND r.resource = fenced_write.resource));
     END IF;
+    PERFORM opreg_sql.count_call('fenced_write', 'written');
 END
 $$;
 

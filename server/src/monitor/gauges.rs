@@ -1,5 +1,6 @@
-//! One periodic task per replica reads the backlog with one query, on a
-//! connection of its own, and sets the database gauges; nothing per request.
+//! One periodic task per replica reads the backlog with one query, and the
+//! SQL door's call counts with another, on a connection of its own, and sets
+//! the database gauges; nothing per request.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use sqlx::postgres::PgConnectOptions;
 
 use crate::store::Dedicated;
 use crate::store::operations::{self, BacklogRow};
+use crate::store::sql_door;
 use crate::telemetry::metrics;
 
 /// A refresh gives up after this long; the gauges then keep their last values.
@@ -30,8 +32,18 @@ pub async fn refresh_forever(options: PgConnectOptions, pool: PgPool, interval: 
         metrics::pool(pool.size(), pool.num_idle());
         let started = tokio::time::Instant::now();
         if let Some(open) = connection.get(QUERY_TIMEOUT).await {
-            match tokio::time::timeout(QUERY_TIMEOUT, operations::backlog(open)).await {
-                Ok(Ok(rows)) => reported.set(&rows),
+            let read = async {
+                let rows = operations::backlog(&mut *open).await?;
+                let calls = sql_door::call_counts(&mut *open).await?;
+                Ok::<_, sqlx::Error>((rows, calls))
+            };
+            match tokio::time::timeout(QUERY_TIMEOUT, read).await {
+                Ok(Ok((rows, calls))) => {
+                    reported.set(&rows);
+                    for count in calls {
+                        metrics::sql_door_calls(&count.call, &count.outcome, count.calls);
+                    }
+                }
                 Ok(Err(error)) => {
                     tracing::warn!(%error, "cannot read the backlog");
                     connection.reset();

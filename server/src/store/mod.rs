@@ -8,6 +8,7 @@ pub mod operations;
 pub mod replay_notices;
 pub mod resources;
 pub mod session;
+pub mod sql_door;
 
 mod errors;
 

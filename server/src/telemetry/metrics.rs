@@ -56,6 +56,7 @@ pub const CLAIM_BATCH_SIZE: &str = "opreg_claim_batch_size";
 pub const COMPLETE_BATCH_SIZE: &str = "opreg_complete_batch_size";
 pub const REPLAY_CACHE_HITS: &str = "opreg_replay_cache_hits_total";
 pub const REPLAY_CACHE_FOLLOWING: &str = "opreg_replay_cache_following";
+pub const SQL_DOOR_CALLS: &str = "opreg_sql_door_calls_total";
 
 const ATTEMPT_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0];
 const BATCH_BUCKETS: &[f64] = &[
@@ -200,6 +201,11 @@ pub fn install(namespace_cap: usize, allowlist: &[String]) -> Result<PrometheusH
 }
 
 fn describe() {
+    describe_counter!(
+        SQL_DOOR_CALLS,
+        Unit::Count,
+        "Calls of the SQL door (opreg_sql) by call and outcome, as PostgreSQL counts them for the whole database: every replica reports the same values."
+    );
     describe_counter!(
         CLAIMS,
         Unit::Count,
@@ -595,6 +601,13 @@ pub fn complete_batch(reports: usize) {
 
 pub fn replay_cache_hit(namespace: &str) {
     count_in(REPLAY_CACHE_HITS, namespace, None);
+}
+
+/// The SQL door's count of `call` ending in `outcome`, read from the
+/// database (a set of names the migrations fix, so the labels are bounded).
+pub fn sql_door_calls(call: &str, outcome: &str, calls: i64) {
+    counter!(SQL_DOOR_CALLS, "call" => call.to_owned(), "outcome" => outcome.to_owned())
+        .absolute(u64::try_from(calls).unwrap_or(0));
 }
 
 pub fn replay_cache_following(following: bool) {
