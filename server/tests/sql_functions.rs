@@ -16,7 +16,7 @@ use common::*;
 use opreg_client::proto::{self as pb, ClaimOutcome};
 use serde_json::{Value, json};
 use sqlx::postgres::PgDatabaseError;
-use sqlx::{Connection, PgConnection, PgExecutor, PgPool};
+use sqlx::{Connection, PgConnection, PgExecutor};
 
 const NS: &str = "sql-door";
 
