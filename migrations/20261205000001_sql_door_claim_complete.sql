@@ -70,13 +70,10 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION opreg_sql.count_call(call text, outcome text) RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    PERFORM nextval(format('opreg_sql.%I', 'calls__' || call || '__' || lower(outcome))::regclass);
-END
-$$;
+-- A plain SQL function, so the planner inlines it into the caller's PERFORM.
+CREATE FUNCTION opreg_sql.count_call(call text, outcome text) RETURNS bigint
+LANGUAGE sql VOLATILE
+RETURN nextval(('opreg_sql.calls__' || call || '__' || lower(outcome))::regclass);
 
 CREATE VIEW opreg_sql.call_counts AS
     SELECT split_part(sequencename, '__', 2) AS call, split_part(sequencename, '__', 3) AS outcome,
@@ -96,9 +93,11 @@ LANGUAGE sql STABLE
 RETURN CASE WHEN current_setting('role') = 'none' THEN session_user
             ELSE current_setting('role')::name END;
 
+-- The helpers below run only inside the door's functions (EXECUTE is revoked
+-- from PUBLIC), under their fixed search path; a SET clause of their own
+-- would cost every call a configuration change.
 CREATE FUNCTION opreg_sql.authorize(namespace text) RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
 AS $$
 DECLARE
     caller name := opreg_sql.caller();
@@ -213,7 +212,6 @@ COMMENT ON TYPE opreg_sql.claim_answer IS
 CREATE FUNCTION opreg_sql.claim_answer_of(outcome text, o operations, retry_after interval, execution text)
 RETURNS opreg_sql.claim_answer
 LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
 AS $$
 BEGIN
     PERFORM opreg_sql.count_call('claim', outcome);
@@ -228,7 +226,6 @@ $$;
 -- An operation as Lookup answers it.
 CREATE FUNCTION opreg_sql.operation_of(o operations) RETURNS opreg_sql.operation
 LANGUAGE sql STABLE
-SET search_path FROM CURRENT
 RETURN ROW(o.namespace, o.operation_key, upper(o.status), o.parameters_digest, o.fencing_token,
            o.attempts, o.lease_owner, o.lease_expires_at, o.result, o.result_ref,
            o.failure_code, o.failure_message, o.remote_ref, o.last_error_class,
@@ -238,7 +235,6 @@ RETURN ROW(o.namespace, o.operation_key, upper(o.status), o.parameters_digest, o
 -- parameters are known.
 CREATE FUNCTION opreg_sql.refuse_conflict(o operations, requested jsonb, digest bytea) RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
 AS $$
 DECLARE
     differing text := '';
@@ -401,7 +397,21 @@ BEGIN
         WHEN 'RETRY_LATER' THEN
             RETURN opreg_sql.claim_answer_of(step, found_row, found_row.next_attempt_at - now_, NULL);
         WHEN 'exhaust' THEN
-            -- transitions.rs exhaust: the row still as observed, and due.
+            -- transitions.rs exhaust: the row locked by its primary key, still
+            -- as observed, and due.
+            WITH observed AS MATERIALIZED (
+                SELECT locked.ctid AS locked_row
+                FROM (SELECT l.ctid, l.fencing_token, l.status, l.held_at, l.lease_expires_at,
+                             l.next_attempt_at
+                      FROM operations AS l
+                      WHERE l.namespace = claim.namespace AND l.operation_key = claim.operation_key
+                      LIMIT 1
+                      FOR NO KEY UPDATE) AS locked
+                WHERE locked.fencing_token = found_row.fencing_token AND locked.status = found_row.status
+                  AND locked.held_at IS NULL
+                  AND (locked.status <> 'in_progress' OR locked.lease_expires_at <= clock_timestamp())
+                  AND (locked.status <> 'retry_scheduled' OR locked.next_attempt_at <= clock_timestamp())
+            )
             UPDATE operations AS o SET
                 status = 'dead',
                 lease_owner = NULL,
@@ -415,12 +425,9 @@ BEGIN
                                          ELSE o.execution_outcome END,
                 execution_finished_at = CASE WHEN o.execution_outcome = 'running' THEN clock_timestamp()
                                              ELSE o.execution_finished_at END
-            WHERE o.namespace = claim.namespace AND o.operation_key = claim.operation_key
-              AND o.fencing_token = found_row.fencing_token AND o.status = found_row.status
-              AND o.held_at IS NULL
-              AND (o.status <> 'in_progress' OR o.lease_expires_at <= clock_timestamp())
-              AND (o.status <> 'retry_scheduled' OR o.next_attempt_at <= clock_timestamp())
-            RETURNING * INTO moved;
+            FROM observed
+            WHERE o.ctid = observed.locked_row
+            RETURNING o.* INTO moved;
             IF FOUND THEN
                 RETURN opreg_sql.claim_answer_of('DEAD', moved, NULL, NULL);
             END IF;
@@ -435,14 +442,17 @@ BEGIN
                        o.execution_finished_at AS r_finished_at, o.execution_outcome AS r_outcome,
                        o.execution_outcome_digest AS r_digest, o.execution_error_class AS r_class,
                        o.execution_message AS r_message,
+                       o.ctid AS r_row,
                        nextval('fencing_tokens') AS r_new_token, clock_timestamp() AS r_now
-                FROM operations AS o
-                WHERE o.namespace = claim.namespace AND o.operation_key = claim.operation_key
-                  AND o.fencing_token = found_row.fencing_token AND o.status = found_row.status
+                FROM (SELECT l.ctid, l.*
+                      FROM operations AS l
+                      WHERE l.namespace = claim.namespace AND l.operation_key = claim.operation_key
+                      LIMIT 1
+                      FOR NO KEY UPDATE) AS o
+                WHERE o.fencing_token = found_row.fencing_token AND o.status = found_row.status
                   AND o.held_at IS NULL
                   AND (o.status <> 'in_progress' OR o.lease_expires_at <= clock_timestamp())
                   AND (o.status <> 'retry_scheduled' OR o.next_attempt_at <= clock_timestamp())
-                FOR NO KEY UPDATE
             ),
             archived AS (
                 INSERT INTO execution_history (
@@ -477,7 +487,7 @@ BEGIN
                 execution_error_class = NULL,
                 execution_message = NULL
             FROM replaced
-            WHERE o.namespace = claim.namespace AND o.operation_key = claim.operation_key
+            WHERE o.ctid = replaced.r_row
             RETURNING o.* INTO moved;
             IF FOUND THEN
                 RETURN opreg_sql.claim_answer_of(
@@ -495,13 +505,18 @@ COMMENT ON FUNCTION opreg_sql.claim(text, text, jsonb, text, interval, text, int
     'Registers the operation and hands its first lease to owner, or answers from what exists (see opreg_sql.claim_answer); 23505 PARAMETER_CONFLICT when the key holds other parameters';
 
 -- What identifies a report, so a repeated Complete is told from a different
--- one: domain/complete.rs Report::digest, length-prefixed fields.
-CREATE FUNCTION opreg_sql.report_digest(outcome text, fields bytea[]) RETURNS bytea
+-- one: domain/complete.rs Report::digest, each field after its length as a
+-- 64-bit big-endian number.
+CREATE FUNCTION opreg_sql.length_prefixed(field bytea) RETURNS bytea
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN sha256(
-    int8send(octet_length(convert_to(lower(outcome), 'UTF8'))) || convert_to(lower(outcome), 'UTF8')
-    || coalesce((SELECT string_agg(int8send(octet_length(f)) || f, ''::bytea ORDER BY n)
-                 FROM unnest(fields) WITH ORDINALITY AS u(f, n)), ''::bytea));
+RETURN int8send(octet_length(field)::bigint) || field;
+
+CREATE FUNCTION opreg_sql.report_digest(outcome text, first bytea, second bytea, third bytea)
+RETURNS bytea
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN sha256(opreg_sql.length_prefixed(convert_to(lower(outcome), 'UTF8'))
+              || opreg_sql.length_prefixed(first) || opreg_sql.length_prefixed(second)
+              || coalesce(opreg_sql.length_prefixed(third), ''::bytea));
 
 -- Complete: records the holder's report under its fencing token
 -- (domain/complete.rs decide). The same report again answers as before; a
@@ -576,16 +591,20 @@ BEGIN
     END IF;
     PERFORM opreg_sql.authorize(complete.namespace);
 
-    report := opreg_sql.report_digest(complete.outcome, CASE complete.outcome
-        WHEN 'SUCCESS' THEN ARRAY[coalesce(complete.result, ''::bytea), convert_to(complete.result_ref, 'UTF8')]
-        WHEN 'FAILURE' THEN ARRAY[convert_to(complete.code, 'UTF8'), convert_to(complete.message, 'UTF8')]
-        WHEN 'RETRYABLE' THEN ARRAY[convert_to(complete.error_class, 'UTF8'), convert_to(complete.message, 'UTF8'),
-            -- the pushback in nanoseconds as a 128-bit big-endian number; none is all ones
+    report := CASE complete.outcome
+        WHEN 'SUCCESS' THEN opreg_sql.report_digest('success', coalesce(complete.result, ''::bytea),
+                                                    convert_to(complete.result_ref, 'UTF8'), NULL)
+        WHEN 'FAILURE' THEN opreg_sql.report_digest('failure', convert_to(complete.code, 'UTF8'),
+                                                    convert_to(complete.message, 'UTF8'), NULL)
+        -- the pushback in nanoseconds as a 128-bit big-endian number; none is all ones
+        WHEN 'RETRYABLE' THEN opreg_sql.report_digest('retryable', convert_to(complete.error_class, 'UTF8'),
+            convert_to(complete.message, 'UTF8'),
             CASE WHEN complete.retry_after IS NULL THEN decode(repeat('ff', 16), 'hex')
                  ELSE decode(repeat('00', 8), 'hex')
-                      || int8send(opreg_sql.micros(complete.retry_after) * 1000) END]
-        ELSE ARRAY[convert_to(complete.remote_ref, 'UTF8'), convert_to(complete.message, 'UTF8')]
-    END);
+                      || int8send(opreg_sql.micros(complete.retry_after) * 1000) END)
+        ELSE opreg_sql.report_digest('unknown', convert_to(complete.remote_ref, 'UTF8'),
+                                     convert_to(complete.message, 'UTF8'), NULL)
+    END;
 
     FOR round IN 1..3 LOOP
         SELECT * INTO found_row FROM operations AS o
@@ -646,8 +665,24 @@ BEGIN
             END IF;
         END IF;
 
-        -- outcomes.rs record_outcomes for one report: the presented token's
-        -- execution finishes and the operation moves, in one row.
+        -- outcomes.rs record_outcomes for one report: the row locked by its
+        -- primary key, the guard checked on the locked row (in the probe it
+        -- would let a generic plan scan the due index, whose predicate it
+        -- implies, through every lease of the namespace), then the presented
+        -- token's execution finishes and the operation moves, in one row.
+        WITH current_lease AS MATERIALIZED (
+            SELECT locked.ctid AS locked_row
+            FROM (SELECT l.ctid, l.fencing_token, l.status, l.held_at, l.execution_token,
+                         l.execution_outcome_digest
+                  FROM operations AS l
+                  WHERE l.namespace = complete.namespace AND l.operation_key = complete.operation_key
+                  LIMIT 1
+                  FOR UPDATE) AS locked
+            WHERE locked.fencing_token = complete.fencing_token AND locked.status = 'in_progress'
+              AND locked.held_at IS NULL
+              AND locked.execution_token = complete.fencing_token
+              AND locked.execution_outcome_digest IS NULL
+        )
         UPDATE operations AS o SET
             status = next_status,
             result = CASE WHEN complete.outcome = 'SUCCESS' THEN coalesce(complete.result, ''::bytea) END,
@@ -677,11 +712,9 @@ BEGIN
                                                           WHEN 'RETRYABLE' THEN complete.error_class END,
             execution_message = CASE WHEN complete.outcome <> 'SUCCESS' THEN complete.message END,
             execution_finished_at = now_
-        WHERE o.namespace = complete.namespace AND o.operation_key = complete.operation_key
-          AND o.fencing_token = complete.fencing_token AND o.status = 'in_progress'
-          AND o.held_at IS NULL
-          AND o.execution_token = complete.fencing_token AND o.execution_outcome_digest IS NULL
-        RETURNING * INTO moved;
+        FROM current_lease
+        WHERE o.ctid = current_lease.locked_row
+        RETURNING o.* INTO moved;
         IF FOUND THEN
             PERFORM opreg_sql.count_call('complete', complete.outcome);
             RETURN opreg_sql.operation_of(moved);
