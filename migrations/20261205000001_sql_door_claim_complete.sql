@@ -25,9 +25,25 @@
 -- The door's functions are SECURITY DEFINER: a caller's role needs EXECUTE on
 -- them and a row in opreg_sql.namespace_grants, never a privilege on the
 -- tables, so it cannot write a row past the state machine. Their search path
--- is fixed to the one the migrations ran with, with pg_temp last so that no
--- caller's temporary table can stand in for one of the registry's.
-SELECT set_config('search_path', current_setting('search_path') || ', pg_temp', true);
+-- is fixed to the schema that holds the registry's tables, then pg_temp, so
+-- that no caller's temporary table can stand in for one of the registry's.
+-- PostgreSQL resolves a function or an operator by its best match across the
+-- whole path: no role the door serves may create objects in that schema
+-- (PostgreSQL 15's default for public; the migration warns otherwise).
+SELECT set_config('search_path',
+                  quote_ident(n.nspname) || ', pg_temp', true)
+FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE c.oid = 'operations'::regclass;
+
+DO $$
+BEGIN
+    IF has_schema_privilege('public', (SELECT relnamespace FROM pg_class WHERE oid = 'operations'::regclass),
+                            'CREATE') THEN
+        RAISE WARNING 'every role may create objects in the schema of opreg''s tables; revoke CREATE on it '
+                      'from PUBLIC before granting the SQL door to a role (client/SQL_DOOR.md)';
+    END IF;
+END
+$$;
 
 -- Who may use which namespace through the SQL door: a role (or any member of
 -- it) and a namespace, or '*' for every namespace. The registry's own role
@@ -35,7 +51,9 @@ SELECT set_config('search_path', current_setting('search_path') || ', pg_temp', 
 -- owner of a table passes its row-level policies. Managed by
 -- opreg_sql.grant_namespace and opreg_sql.revoke_namespace.
 CREATE TABLE opreg_sql.namespace_grants (
-    grantee   name        NOT NULL,
+    -- By oid: a dropped role's grants do not pass to a new role of its name,
+    -- and a renamed role keeps them.
+    grantee   regrole     NOT NULL,
     namespace text        NOT NULL,
     granted_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     CONSTRAINT namespace_grants_pkey PRIMARY KEY (grantee, namespace),
@@ -107,7 +125,7 @@ BEGIN
         RETURN;
     END IF;
     IF EXISTS (
-        SELECT 1 FROM opreg_sql.namespace_grants AS g JOIN pg_roles AS r ON r.rolname = g.grantee
+        SELECT 1 FROM opreg_sql.namespace_grants AS g JOIN pg_roles AS r ON r.oid = g.grantee
         WHERE g.namespace IN (authorize.namespace, '*') AND pg_has_role(caller, r.oid, 'MEMBER')
     ) THEN
         RETURN;
@@ -137,18 +155,20 @@ LANGUAGE sql VOLATILE
 RETURN opreg_sql.refuse_with('22023', 'INVALID_ARGUMENT', field || ' ' || violation, 'field=' || field);
 
 -- The identifier rule of domain/text.rs: present, within max_bytes, no
--- surrounding white space, no control characters.
+-- surrounding white space, no control characters, as Rust's char classes
+-- say (Unicode White_Space; Cc), whatever the database's locale.
 CREATE FUNCTION opreg_sql.check_identifier(field text, value text, max_bytes integer) RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF value IS NULL OR value = '' THEN
         PERFORM opreg_sql.refuse(field, 'must not be empty');
     ELSIF octet_length(value) > max_bytes THEN
         PERFORM opreg_sql.refuse(field, format('must be at most %s bytes', max_bytes));
-    ELSIF value ~ '^[[:space:]]' OR value ~ '[[:space:]]$' THEN
+    ELSIF value ~ E'^[\\u0009-\\u000d\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]'
+       OR value ~ E'[\\u0009-\\u000d\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]$' THEN
         PERFORM opreg_sql.refuse(field, 'must not start or end with white space');
-    ELSIF value ~ '[[:cntrl:]]' THEN
+    ELSIF value ~ E'[\\u0001-\\u001f\\u007f-\\u009f]' THEN
         PERFORM opreg_sql.refuse(field, 'must not contain control characters');
     END IF;
 END
@@ -156,7 +176,7 @@ $$;
 
 -- Free text: within max_bytes (PostgreSQL's text holds no NUL).
 CREATE FUNCTION opreg_sql.check_text(field text, value text, max_bytes integer) RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF value IS NULL THEN
@@ -175,13 +195,110 @@ RETURN ceil(extract(epoch FROM value) * 1000000)::bigint;
 
 -- A non-negative duration of at most 100 years (requests.rs optional_duration).
 CREATE FUNCTION opreg_sql.check_duration(field text, value interval, positive boolean) RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF value IS NULL OR value < interval '0' OR (positive AND value = interval '0')
        OR value > interval '36500 days' THEN
         PERFORM opreg_sql.refuse(field, CASE WHEN positive THEN 'must be positive and at most 100 years'
                                              ELSE 'must be non-negative and at most 100 years' END);
+    END IF;
+END
+$$;
+
+-- The fingerprint's functions of 20261204000001, again, for two inputs they
+-- refused with an unexpected SQLSTATE: a number closer to zero than the
+-- smallest double is the 0 it rounds to (as every client's JSON parser reads
+-- it) instead of PostgreSQL's 22003, and a string is escaped with chr(92)
+-- rather than backslash literals, which a session with
+-- standard_conforming_strings off read as escapes (42601).
+CREATE OR REPLACE FUNCTION opreg_sql.canonical_string(value text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+DECLARE
+    backslash CONSTANT text := chr(92);
+    escaped text := replace(replace(value, backslash, backslash || backslash), '"', backslash || '"');
+    result text := '';
+    c text;
+BEGIN
+    IF escaped !~ ('[' || chr(1) || '-' || chr(31) || ']') THEN
+        RETURN '"' || escaped || '"';
+    END IF;
+    FOREACH c IN ARRAY regexp_split_to_array(escaped, '') LOOP
+        result := result || CASE
+            WHEN ascii(c) >= 32 THEN c
+            WHEN c = chr(8) THEN backslash || 'b'
+            WHEN c = chr(12) THEN backslash || 'f'
+            WHEN c = chr(10) THEN backslash || 'n'
+            WHEN c = chr(13) THEN backslash || 'r'
+            WHEN c = chr(9) THEN backslash || 't'
+            ELSE backslash || 'u' || lpad(to_hex(ascii(c)), 4, '0')
+        END;
+    END LOOP;
+    RETURN '"' || result || '"';
+END
+$$;
+
+CREATE OR REPLACE FUNCTION opreg_sql.canonical_json(value jsonb) RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+DECLARE
+    number numeric;
+BEGIN
+    CASE jsonb_typeof(value)
+        WHEN 'object' THEN
+            RETURN '{' || coalesce((
+                SELECT string_agg(
+                    opreg_sql.canonical_string(name) || ':' || opreg_sql.canonical_json(member), ','
+                    ORDER BY opreg_sql.utf16_sort_key(name))
+                FROM jsonb_each(value) AS members(name, member)
+                WHERE jsonb_typeof(member) <> 'null'
+            ), '') || '}';
+        WHEN 'array' THEN
+            RETURN '[' || coalesce((
+                SELECT string_agg(opreg_sql.canonical_json(item), ',' ORDER BY position)
+                FROM jsonb_array_elements(value) WITH ORDINALITY AS items(item, position)
+            ), '') || ']';
+        WHEN 'string' THEN
+            RETURN opreg_sql.canonical_string(value #>> '{}');
+        WHEN 'number' THEN
+            -- JSON numbers are doubles to every other door; PostgreSQL's are
+            -- exact, and one beyond a double's range would not convert.
+            number := (value #>> '{}')::numeric;
+            IF abs(number) > 1.7976931348623157e308 THEN
+                RAISE EXCEPTION 'a parameter is beyond the range of a double'
+                    USING ERRCODE = 'invalid_parameter_value', DETAIL = 'INVALID_ARGUMENT';
+            END IF;
+            -- At most half the smallest double (2^-1075) from zero: zero.
+            IF abs(number) <= 2.4703282292062327208828439643411068618252990130716238221279284125033775363510437593264991818081799618989828234772285886546332835517796989819938739800539093906315035659515570226392290858392449105184435931802849936536152500319370457678249219365623669863658480757001585769269903706311928279558551332927834338409351978015531246597263579574622766465272827220056374006485499977096599470454020828166226237857393450736339007967761930577506740176324673600968951340535537458516661134223766678604162159680461914467291840300530057530849048765391711386591646239524912623653881879636239373280423891018672348497668235089863388587925628302755995657524455507255189313690836254779186948667994968324049705821028513185451396213837722826145437693412532098591327667236328125e-324 THEN
+                RETURN '0';
+            END IF;
+            RETURN opreg_sql.canonical_number(number::float8);
+        WHEN 'boolean' THEN
+            RETURN value::text;
+        ELSE
+            RETURN 'null';
+    END CASE;
+END
+$$;
+
+-- The parameters' bounds (the server's defaults: proto/parameters.rs
+-- ParameterLimits), checked before they are canonicalised: a JSON object, at
+-- most 20 levels deep (the object itself is level 1), at most 10,000 members
+-- and items in all, and no larger than the canonical form may be.
+CREATE FUNCTION opreg_sql.check_parameters(parameters jsonb) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF parameters IS NULL OR jsonb_typeof(parameters) <> 'object' THEN
+        PERFORM opreg_sql.refuse('parameters', 'must be a JSON object');
+    ELSIF octet_length(parameters::text) > 2 * 65536 THEN
+        PERFORM opreg_sql.refuse('parameters', 'must be at most 65536 bytes in canonical form');
+    ELSIF jsonb_path_exists(parameters,
+            'strict $.**{20 to last} ? (@.type() == "object" || @.type() == "array")') THEN
+        PERFORM opreg_sql.refuse('parameters', 'must be nested at most 20 deep');
+    ELSIF jsonb_array_length(jsonb_path_query_array(parameters, 'strict $.**{1 to last}')) > 10000 THEN
+        PERFORM opreg_sql.refuse('parameters', 'must hold at most 10000 values');
     END IF;
 END
 $$;
@@ -218,7 +335,12 @@ BEGIN
     IF execution IS NOT NULL THEN
         PERFORM opreg_sql.count_call('execution', execution);
     END IF;
-    RETURN ROW(outcome, o.fencing_token, o.lease_expires_at, retry_after, upper(o.status), o.attempts,
+    -- The token and the lease are the caller's only when it may act on them:
+    -- on any other answer they are another holder's, or spent.
+    RETURN ROW(outcome,
+               CASE WHEN outcome IN ('ACQUIRED', 'RECONCILE') THEN o.fencing_token END,
+               CASE WHEN outcome IN ('ACQUIRED', 'RECONCILE') THEN o.lease_expires_at END,
+               retry_after, upper(o.status), o.attempts,
                o.result, o.result_ref, o.failure_code, o.failure_message, o.remote_ref)::opreg_sql.claim_answer;
 END
 $$;
@@ -234,7 +356,7 @@ RETURN ROW(o.namespace, o.operation_key, upper(o.status), o.parameters_digest, o
 -- PARAMETER_CONFLICT, naming the top-level fields that differ when the stored
 -- parameters are known.
 CREATE FUNCTION opreg_sql.refuse_conflict(o operations, requested jsonb, digest bytea) RETURNS void
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     differing text := '';
@@ -308,8 +430,13 @@ DECLARE
     step      text;
 BEGIN
     PERFORM opreg_sql.check_identifier('namespace', claim.namespace, 128);
+    -- The boundary before any work done for the caller.
+    PERFORM opreg_sql.authorize(claim.namespace);
     PERFORM opreg_sql.check_identifier('operation_key', claim.operation_key, 512);
-    PERFORM opreg_sql.check_identifier('owner', claim.owner, 1024);
+    PERFORM opreg_sql.check_text('owner', claim.owner, 1024);
+    IF claim.owner = '' THEN
+        PERFORM opreg_sql.refuse('owner', 'must not be empty');
+    END IF;
     PERFORM opreg_sql.check_text('execution_id', claim.execution_id, 1024);
     IF claim.lease IS NULL OR claim.lease < interval '1 second' OR claim.lease > interval '1 hour' THEN
         PERFORM opreg_sql.refuse('lease', 'must be between 1s and 1h inclusive');
@@ -323,15 +450,12 @@ BEGIN
         PERFORM opreg_sql.refuse('max_backoff', 'must not be shorter than initial_backoff');
     END IF;
     PERFORM opreg_sql.check_duration('deadline', claim.deadline, true);
-    IF claim.parameters IS NULL OR jsonb_typeof(claim.parameters) <> 'object' THEN
-        PERFORM opreg_sql.refuse('parameters', 'must be a JSON object');
-    END IF;
+    PERFORM opreg_sql.check_parameters(claim.parameters);
     canonical := opreg_sql.canonical_json(claim.parameters);
     IF octet_length(canonical) > 65536 THEN
         PERFORM opreg_sql.refuse('parameters', 'must be at most 65536 bytes in canonical form');
     END IF;
-    digest := sha256(convert_to(canonical, 'UTF8'));
-    PERFORM opreg_sql.authorize(claim.namespace);
+    digest := sha256(pg_catalog.convert_to(canonical, 'UTF8'::name));
 
     -- A guarded write that matched nothing (another caller moved the row in
     -- between) is read again and decided again, a bounded number of times.
@@ -350,15 +474,35 @@ BEGIN
                 created_at, updated_at, execution_token, execution_kind, execution_id,
                 execution_owner, execution_started_at, execution_outcome)
             SELECT claim.namespace, claim.operation_key, 'in_progress', digest, canonical,
-                   fresh.token, claim.owner, fresh.now + claim.lease, 1,
+                   fresh.token, claim.owner,
+                   fresh.now + opreg_sql.micros(claim.lease) * interval '1 microsecond', 1,
                    claim.max_attempts, opreg_sql.micros(claim.initial_backoff),
-                   opreg_sql.micros(claim.max_backoff), fresh.now + claim.deadline,
+                   opreg_sql.micros(claim.max_backoff),
+                   fresh.now + opreg_sql.micros(claim.deadline) * interval '1 microsecond',
                    fresh.now, fresh.now, fresh.token, 'first', claim.execution_id,
                    claim.owner, fresh.now, 'running'
             FROM (SELECT nextval('fencing_tokens') AS token, clock_timestamp() AS now) AS fresh
             ON CONFLICT ON CONSTRAINT operations_pkey DO NOTHING
             RETURNING * INTO moved;
             IF FOUND THEN
+                -- registry/claim.rs fresh_first_lease: the insert's times were
+                -- taken before any wait on a racing registration (which then
+                -- rolled back); past a hundredth of the lease (at least
+                -- 20 ms), the lease, the creation time and the deadline
+                -- count from now (transitions.rs restart_first_lease).
+                IF clock_timestamp() - moved.created_at
+                   > greatest(claim.lease / 100, interval '20 milliseconds') THEN
+                    WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now)
+                    UPDATE operations AS o SET
+                        deadline_at = o.deadline_at + (clock.now - o.created_at),
+                        lease_expires_at = clock.now + opreg_sql.micros(claim.lease) * interval '1 microsecond',
+                        created_at = clock.now,
+                        updated_at = clock.now,
+                        execution_started_at = clock.now
+                    FROM clock
+                    WHERE o.namespace = claim.namespace AND o.operation_key = claim.operation_key
+                    RETURNING o.* INTO moved;
+                END IF;
                 RETURN opreg_sql.claim_answer_of('ACQUIRED', moved, NULL, 'first');
             END IF;
             CONTINUE;
@@ -400,8 +544,8 @@ BEGIN
             -- transitions.rs exhaust: the row locked by its primary key, still
             -- as observed, and due.
             WITH observed AS MATERIALIZED (
-                SELECT locked.ctid AS locked_row
-                FROM (SELECT l.ctid, l.fencing_token, l.status, l.held_at, l.lease_expires_at,
+                SELECT 1
+                FROM (SELECT l.fencing_token, l.status, l.held_at, l.lease_expires_at,
                              l.next_attempt_at
                       FROM operations AS l
                       WHERE l.namespace = claim.namespace AND l.operation_key = claim.operation_key
@@ -426,15 +570,16 @@ BEGIN
                 execution_finished_at = CASE WHEN o.execution_outcome = 'running' THEN clock_timestamp()
                                              ELSE o.execution_finished_at END
             FROM observed
-            WHERE o.ctid = observed.locked_row
+            WHERE o.namespace = claim.namespace AND o.operation_key = claim.operation_key
             RETURNING o.* INTO moved;
             IF FOUND THEN
                 RETURN opreg_sql.claim_answer_of('DEAD', moved, NULL, NULL);
             END IF;
         ELSE
             -- transitions.rs start_executions: the row locked and still as
-            -- observed; the execution it replaces goes to the history
-            -- (superseded if it never reported); a new token and lease.
+            -- observed; a new token and lease; the execution it replaces goes
+            -- to the history (superseded if it never reported), only once the
+            -- row has moved.
             WITH replaced AS MATERIALIZED (
                 SELECT o.attempts AS r_attempt, o.execution_token AS r_token,
                        o.execution_kind AS r_kind, o.execution_id AS r_execution_id,
@@ -442,9 +587,8 @@ BEGIN
                        o.execution_finished_at AS r_finished_at, o.execution_outcome AS r_outcome,
                        o.execution_outcome_digest AS r_digest, o.execution_error_class AS r_class,
                        o.execution_message AS r_message,
-                       o.ctid AS r_row,
                        nextval('fencing_tokens') AS r_new_token, clock_timestamp() AS r_now
-                FROM (SELECT l.ctid, l.*
+                FROM (SELECT l.*
                       FROM operations AS l
                       WHERE l.namespace = claim.namespace AND l.operation_key = claim.operation_key
                       LIMIT 1
@@ -453,6 +597,31 @@ BEGIN
                   AND o.held_at IS NULL
                   AND (o.status <> 'in_progress' OR o.lease_expires_at <= clock_timestamp())
                   AND (o.status <> 'retry_scheduled' OR o.next_attempt_at <= clock_timestamp())
+            ),
+            started AS (
+                UPDATE operations AS o SET
+                    fencing_token = r_new_token,
+                    status = 'in_progress',
+                    lease_owner = claim.owner,
+                    lease_expires_at = r_now + opreg_sql.micros(claim.lease) * interval '1 microsecond',
+                    lease_takeover = (step = 'start:takeover'),
+                    attempts = o.attempts + CASE WHEN step = 'start:reconcile' THEN 0 ELSE 1 END,
+                    reconciling = (step = 'start:reconcile'),
+                    next_attempt_at = NULL,
+                    updated_at = r_now,
+                    execution_token = r_new_token,
+                    execution_kind = substr(step, 7),
+                    execution_id = claim.execution_id,
+                    execution_owner = claim.owner,
+                    execution_started_at = r_now,
+                    execution_finished_at = NULL,
+                    execution_outcome = 'running',
+                    execution_outcome_digest = NULL,
+                    execution_error_class = NULL,
+                    execution_message = NULL
+                FROM replaced
+                WHERE o.namespace = claim.namespace AND o.operation_key = claim.operation_key
+                RETURNING o.*
             ),
             archived AS (
                 INSERT INTO execution_history (
@@ -464,31 +633,9 @@ BEGIN
                        CASE WHEN r_outcome = 'running' THEN 'superseded' ELSE r_outcome END,
                        r_digest, r_class, r_message
                 FROM replaced
-                WHERE r_token IS NOT NULL
+                WHERE r_token IS NOT NULL AND EXISTS (SELECT 1 FROM started)
             )
-            UPDATE operations AS o SET
-                fencing_token = r_new_token,
-                status = 'in_progress',
-                lease_owner = claim.owner,
-                lease_expires_at = r_now + claim.lease,
-                lease_takeover = (step = 'start:takeover'),
-                attempts = o.attempts + CASE WHEN step = 'start:reconcile' THEN 0 ELSE 1 END,
-                reconciling = (step = 'start:reconcile'),
-                next_attempt_at = NULL,
-                updated_at = r_now,
-                execution_token = r_new_token,
-                execution_kind = substr(step, 7),
-                execution_id = claim.execution_id,
-                execution_owner = claim.owner,
-                execution_started_at = r_now,
-                execution_finished_at = NULL,
-                execution_outcome = 'running',
-                execution_outcome_digest = NULL,
-                execution_error_class = NULL,
-                execution_message = NULL
-            FROM replaced
-            WHERE o.ctid = replaced.r_row
-            RETURNING o.* INTO moved;
+            SELECT * INTO moved FROM started;
             IF FOUND THEN
                 RETURN opreg_sql.claim_answer_of(
                     CASE WHEN step = 'start:reconcile' THEN 'RECONCILE' ELSE 'ACQUIRED' END,
@@ -514,7 +661,7 @@ RETURN int8send(octet_length(field)::bigint) || field;
 CREATE FUNCTION opreg_sql.report_digest(outcome text, first bytea, second bytea, third bytea)
 RETURNS bytea
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN sha256(opreg_sql.length_prefixed(convert_to(lower(outcome), 'UTF8'))
+RETURN sha256(opreg_sql.length_prefixed(pg_catalog.convert_to(lower(outcome), 'UTF8'::name))
               || opreg_sql.length_prefixed(first) || opreg_sql.length_prefixed(second)
               || coalesce(opreg_sql.length_prefixed(third), ''::bytea));
 
@@ -553,6 +700,7 @@ DECLARE
     cap_us        numeric;
 BEGIN
     PERFORM opreg_sql.check_identifier('namespace', complete.namespace, 128);
+    PERFORM opreg_sql.authorize(complete.namespace);
     PERFORM opreg_sql.check_identifier('operation_key', complete.operation_key, 512);
     IF complete.fencing_token IS NULL OR complete.fencing_token < 1 THEN
         PERFORM opreg_sql.refuse('fencing_token', 'must be a token a Claim handed out');
@@ -589,21 +737,20 @@ BEGIN
     IF complete.retry_after IS NOT NULL THEN
         PERFORM opreg_sql.check_duration('retry_after', complete.retry_after, false);
     END IF;
-    PERFORM opreg_sql.authorize(complete.namespace);
 
     report := CASE complete.outcome
         WHEN 'SUCCESS' THEN opreg_sql.report_digest('success', coalesce(complete.result, ''::bytea),
-                                                    convert_to(complete.result_ref, 'UTF8'), NULL)
-        WHEN 'FAILURE' THEN opreg_sql.report_digest('failure', convert_to(complete.code, 'UTF8'),
-                                                    convert_to(complete.message, 'UTF8'), NULL)
+                                                    pg_catalog.convert_to(complete.result_ref, 'UTF8'::name), NULL)
+        WHEN 'FAILURE' THEN opreg_sql.report_digest('failure', pg_catalog.convert_to(complete.code, 'UTF8'::name),
+                                                    pg_catalog.convert_to(complete.message, 'UTF8'::name), NULL)
         -- the pushback in nanoseconds as a 128-bit big-endian number; none is all ones
-        WHEN 'RETRYABLE' THEN opreg_sql.report_digest('retryable', convert_to(complete.error_class, 'UTF8'),
-            convert_to(complete.message, 'UTF8'),
+        WHEN 'RETRYABLE' THEN opreg_sql.report_digest('retryable', pg_catalog.convert_to(complete.error_class, 'UTF8'::name),
+            pg_catalog.convert_to(complete.message, 'UTF8'::name),
             CASE WHEN complete.retry_after IS NULL THEN decode(repeat('ff', 16), 'hex')
                  ELSE decode(repeat('00', 8), 'hex')
                       || int8send(opreg_sql.micros(complete.retry_after) * 1000) END)
-        ELSE opreg_sql.report_digest('unknown', convert_to(complete.remote_ref, 'UTF8'),
-                                     convert_to(complete.message, 'UTF8'), NULL)
+        ELSE opreg_sql.report_digest('unknown', pg_catalog.convert_to(complete.remote_ref, 'UTF8'::name),
+                                     pg_catalog.convert_to(complete.message, 'UTF8'::name), NULL)
     END;
 
     FOR round IN 1..3 LOOP
@@ -649,11 +796,15 @@ BEGIN
             ELSE
                 -- Downstream's pushback as given, else full jitter under
                 -- min(max_backoff, initial_backoff x 2^(attempt - 1)) for
-                -- this budget's attempts (domain/policy.rs).
+                -- this budget's attempts (domain/policy.rs backoff_cap, whose
+                -- 32-bit multiplier saturates from 32 doublings on).
                 cap_us := least(found_row.max_backoff_us::numeric,
                                 found_row.initial_backoff_us::numeric
-                                * power(2::numeric, least(63, greatest(0,
-                                    found_row.attempts - found_row.budget_attempts_base - 1))));
+                                * CASE WHEN found_row.attempts - found_row.budget_attempts_base - 1 >= 32
+                                       THEN 4294967295
+                                       ELSE power(2::numeric, greatest(0,
+                                                  found_row.attempts - found_row.budget_attempts_base - 1))
+                                  END);
                 retry_us := coalesce(opreg_sql.micros(complete.retry_after),
                                      floor(cap_us * random()::numeric)::bigint);
                 IF now_ + retry_us * interval '1 microsecond' > found_row.deadline_at THEN
@@ -748,6 +899,7 @@ DECLARE
     found_row operations;
 BEGIN
     PERFORM opreg_sql.check_identifier('namespace', fenced_write.namespace, 128);
+    PERFORM opreg_sql.authorize(fenced_write.namespace);
     PERFORM opreg_sql.check_identifier('resource', fenced_write.resource, 512);
     PERFORM opreg_sql.check_identifier('operation_key', fenced_write.operation_key, 512);
     IF fenced_write.fencing_token IS NULL OR fenced_write.fencing_token < 1 THEN
@@ -756,7 +908,6 @@ BEGIN
     IF fenced_write.value IS NULL OR octet_length(fenced_write.value) > 1048576 THEN
         PERFORM opreg_sql.refuse('value', 'must be present and at most 1048576 bytes');
     END IF;
-    PERFORM opreg_sql.authorize(fenced_write.namespace);
 
     SELECT * INTO found_row FROM operations AS o
     WHERE o.namespace = fenced_write.namespace AND o.operation_key = fenced_write.operation_key
@@ -802,8 +953,8 @@ DECLARE
     found_row operations;
 BEGIN
     PERFORM opreg_sql.check_identifier('namespace', lookup.namespace, 128);
-    PERFORM opreg_sql.check_identifier('operation_key', lookup.operation_key, 512);
     PERFORM opreg_sql.authorize(lookup.namespace);
+    PERFORM opreg_sql.check_identifier('operation_key', lookup.operation_key, 512);
     SELECT * INTO found_row FROM operations AS o
     WHERE o.namespace = lookup.namespace AND o.operation_key = lookup.operation_key;
     IF NOT FOUND THEN
@@ -822,7 +973,7 @@ AS $$
 BEGIN
     PERFORM opreg_sql.check_identifier('namespace', grant_namespace.namespace, 128);
     INSERT INTO opreg_sql.namespace_grants AS g (grantee, namespace)
-    SELECT r.rolname, grant_namespace.namespace FROM pg_roles AS r WHERE r.oid = grant_namespace.grantee
+    VALUES (grant_namespace.grantee, grant_namespace.namespace)
     ON CONFLICT ON CONSTRAINT namespace_grants_pkey DO NOTHING;
     EXECUTE format('GRANT USAGE ON SCHEMA opreg_sql TO %s', grant_namespace.grantee);
     EXECUTE format('GRANT EXECUTE ON FUNCTION opreg_sql.claim(text, text, jsonb, text, interval, text, integer, interval, interval, interval), '
@@ -844,12 +995,13 @@ SET search_path FROM CURRENT
 AS $$
 BEGIN
     DELETE FROM opreg_sql.namespace_grants AS g
-    USING pg_roles AS r
-    WHERE r.oid = revoke_namespace.grantee AND g.grantee = r.rolname
-      AND g.namespace = revoke_namespace.namespace;
+    WHERE g.grantee = revoke_namespace.grantee AND g.namespace = revoke_namespace.namespace;
     RETURN FOUND;
 END
 $$;
 
--- Only the registry's own role runs the door for others, or changes grants.
+-- Only the registry's own role runs the door for others, or changes grants;
+-- a role reaches the door's functions through grant_namespace, and the
+-- functions of later migrations start out the same way.
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA opreg_sql FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA opreg_sql REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;

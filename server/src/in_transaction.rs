@@ -38,8 +38,8 @@
 //! PostgreSQL refuses that second Claim with a serialization failure instead.
 
 use opreg_proto::v1 as pb;
-use sqlx::PgConnection;
 use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, PgConnection};
 
 use crate::domain::error::RegistryError;
 use crate::grpc::requests::{self, RequestLimits};
@@ -94,15 +94,22 @@ impl InTransaction {
     }
 
     /// Writes a resource under the operation's current token, as FencedWrite
-    /// does: the operation's row stays locked until the transaction ends, so
-    /// no takeover lands between this write and the commit.
+    /// does: the operation's row stays locked until the caller's transaction
+    /// ends, so no takeover lands between this write and the commit. A
+    /// refusal writes nothing and leaves the transaction usable. On a
+    /// connection outside a transaction the lock and the write still share
+    /// one.
     pub async fn fenced_write(
         &self,
         db: &mut PgConnection,
         request: pb::FencedWriteRequest,
     ) -> Result<pb::FencedWriteResponse, RegistryError> {
         let command = requests::fenced_write(request, &self.limits)?;
-        let (fence, version) = registry::fenced_write_on(db, &command).await?;
+        // A savepoint inside the caller's transaction, or a transaction of
+        // its own outside one.
+        let mut scope = db.begin().await?;
+        let (fence, version) = registry::fenced_write_on(&mut scope, &command).await?;
+        scope.commit().await?;
         Ok(pb::FencedWriteResponse { fence, version })
     }
 

@@ -3,8 +3,9 @@
 //! same Claims and Completes through gRPC in one namespace and through
 //! `opreg_sql` in another, and after every step compares the answers and the
 //! whole row each door left (status, attempts, lease, the current execution
-//! with its report digest, the replaced executions, the outcome columns),
-//! leaving out only tokens and times.
+//! with its report digest, the replaced executions, the outcome columns, the
+//! lease's length, a retry's delay against its cap), leaving out only tokens
+//! and times.
 
 mod common;
 
@@ -44,6 +45,8 @@ enum Step {
     },
     Complete(Token, Report),
     Wait(Duration),
+    /// An operator holds the operation (OperationAdmin, for both doors).
+    Hold,
 }
 
 fn claim_by(owner: &'static str) -> Step {
@@ -100,7 +103,7 @@ impl Side {
                 answer.lease.map(|lease| lease.fencing_token),
             )
         } else {
-            let (outcome, token): (String, i64) = sqlx::query_as(
+            let (outcome, token): (String, Option<i64>) = sqlx::query_as(
                 "SELECT outcome, fencing_token FROM opreg_sql.claim($1, $2, $3::jsonb, $4,
                      lease => make_interval(secs => $5), execution_id => 'run-' || $4,
                      max_attempts => $6, initial_backoff => '1 second',
@@ -115,14 +118,30 @@ impl Side {
             .fetch_one(&app.db)
             .await
             .unwrap();
-            let leased = ["ACQUIRED", "RECONCILE"].contains(&outcome.as_str());
-            (outcome, leased.then(|| u64::try_from(token).unwrap()))
+            (outcome, token.map(|token| u64::try_from(token).unwrap()))
         };
         // A resumed lease is the same token: count it once.
         if let Some(token) = token.filter(|token| self.tokens.last() != Some(token)) {
             self.tokens.push(token);
         }
-        outcome
+        // Whether the answer hands out a lease is part of the answer.
+        match token {
+            Some(_) => format!("{outcome}+lease"),
+            None => outcome,
+        }
+    }
+
+    async fn hold(&self, app: &mut TestApp, key: &str) -> String {
+        app.admin
+            .hold_operation(pb::HoldOperationRequest {
+                namespace: self.namespace.into(),
+                operation_key: key.into(),
+                operator: "ops".into(),
+                reason: "parity".into(),
+            })
+            .await
+            .unwrap();
+        "held".into()
     }
 
     /// The status a Complete answered, or the contract's reason it was refused for.
@@ -210,7 +229,13 @@ impl Side {
         let row: String = sqlx::query_scalar(
             "SELECT row_to_json(r)::text FROM (
                  SELECT status, attempts, reconciling, lease_takeover, lease_owner,
-                        lease_expires_at IS NOT NULL AS leased,
+                        CASE WHEN execution_outcome = 'running'
+                             THEN extract(epoch FROM lease_expires_at - execution_started_at)::float8
+                        END AS lease_seconds,
+                        next_attempt_at - updated_at
+                            <= least(max_backoff_us, initial_backoff_us
+                                     * 2 ^ greatest(0, attempts - budget_attempts_base - 1))
+                               * interval '1 microsecond' AS retry_within_its_cap,
                         execution_kind, execution_outcome,
                         encode(execution_outcome_digest, 'hex') AS report_digest,
                         execution_error_class, execution_message, execution_id, execution_owner,
@@ -261,6 +286,7 @@ async fn both_doors_agree(app: &mut TestApp, key: &str, steps: &[Step], expected
                 grpc.claim(app, key, step).await,
                 sql.claim(app, key, step).await,
             ),
+            Step::Hold => (grpc.hold(app, key).await, sql.hold(app, key).await),
             Step::Complete(which, report) => (
                 grpc.complete(app, key, grpc.token(*which), report).await,
                 sql.complete(app, key, sql.token(*which), report).await,
@@ -301,13 +327,13 @@ async fn claims_and_completes_leave_the_same_answers_and_rows_through_either_doo
             claim_by("fourth"),
         ],
         &[
-            "ACQUIRED",
+            "ACQUIRED+lease",
             "IN_PROGRESS",
-            "ACQUIRED",
+            "ACQUIRED+lease",
             "RETRY_SCHEDULED",
-            "ACQUIRED",
+            "ACQUIRED+lease",
             "UNKNOWN",
-            "RECONCILE",
+            "RECONCILE+lease",
             "SUCCEEDED",
             "SUCCEEDED",
             "ALREADY_COMPLETED",
@@ -328,7 +354,7 @@ async fn claims_and_completes_leave_the_same_answers_and_rows_through_either_doo
             claim_by("second"),
         ],
         &[
-            "ACQUIRED",
+            "ACQUIRED+lease",
             "RETRY_SCHEDULED",
             "RETRY_SCHEDULED",
             "RETRY_LATER",
@@ -353,7 +379,7 @@ async fn budgets_takeovers_and_failures_agree_through_either_door() {
             complete(Report::Retryable(None)),
             once("second", 30),
         ],
-        &["ACQUIRED", "DEAD", "DEAD"],
+        &["ACQUIRED+lease", "DEAD", "DEAD"],
     )
     .await;
     both_doors_agree(
@@ -364,7 +390,7 @@ async fn budgets_takeovers_and_failures_agree_through_either_door() {
             Step::Wait(Duration::from_millis(1100)),
             once("second", 30),
         ],
-        &["ACQUIRED", "DEAD"],
+        &["ACQUIRED+lease", "DEAD"],
     )
     .await;
     let short = |owner| Step::Claim {
@@ -384,12 +410,24 @@ async fn budgets_takeovers_and_failures_agree_through_either_door() {
             claim_by("third"),
         ],
         &[
-            "ACQUIRED",
-            "ACQUIRED",
+            "ACQUIRED+lease",
+            "ACQUIRED+lease",
             "STALE_FENCING_TOKEN",
             "FAILED",
             "REPLAYED",
         ],
+    )
+    .await;
+    both_doors_agree(
+        &mut app,
+        "held",
+        &[
+            claim_by("first"),
+            Step::Hold,
+            claim_by("second"),
+            complete(Report::Success(b"while held")),
+        ],
+        &["ACQUIRED+lease", "held", "HELD", "STALE_FENCING_TOKEN"],
     )
     .await;
     both_doors_agree(
@@ -403,7 +441,13 @@ async fn budgets_takeovers_and_failures_agree_through_either_door() {
             claim_by("third"),
             complete(Report::Success(b"found")),
         ],
-        &["ACQUIRED", "UNKNOWN", "RECONCILE", "RECONCILE", "SUCCEEDED"],
+        &[
+            "ACQUIRED+lease",
+            "UNKNOWN",
+            "RECONCILE+lease",
+            "RECONCILE+lease",
+            "SUCCEEDED",
+        ],
     )
     .await;
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use common::accounts::*;
 use common::*;
+use opreg_client::error_reason;
 use opreg_client::proto::{self as pb, ClaimOutcome};
 use serde_json::{Value, json};
 use sqlx::postgres::PgDatabaseError;
@@ -20,14 +21,15 @@ use sqlx::{Connection, PgConnection, PgExecutor};
 
 const NS: &str = "sql-door";
 
-/// `opreg_sql.claim` of `key` in `namespace`: its outcome and token.
+/// `opreg_sql.claim` of `key` in `namespace`: its outcome, and its token
+/// when the answer hands out a lease.
 async fn sql_claim_in(
     db: impl PgExecutor<'_>,
     namespace: &str,
     key: &str,
     owner: &str,
     parameters: &Value,
-) -> Result<(String, i64), sqlx::Error> {
+) -> Result<(String, Option<i64>), sqlx::Error> {
     sqlx::query_as(
         "SELECT outcome, fencing_token
          FROM opreg_sql.claim($1, $2, $3::jsonb, $4, execution_id => 'run-' || $4)",
@@ -45,8 +47,15 @@ async fn sql_claim(
     key: &str,
     owner: &str,
     amount: i64,
-) -> Result<(String, i64), sqlx::Error> {
+) -> Result<(String, Option<i64>), sqlx::Error> {
     sql_claim_in(db, NS, key, owner, &debit_parameters(amount)).await
+}
+
+/// `opreg_sql.claim` of a new key: its token.
+async fn sql_acquire(db: impl PgExecutor<'_>, key: &str, owner: &str, amount: i64) -> i64 {
+    let (outcome, token) = sql_claim(db, key, owner, amount).await.unwrap();
+    assert_eq!(outcome, "ACQUIRED", "{key}");
+    token.expect("an ACQUIRED claim hands out its token")
 }
 
 fn debit_parameters(amount: i64) -> Value {
@@ -86,13 +95,25 @@ fn grpc_claim(key: &str, owner: &str, amount: i64) -> pb::ClaimRequest {
     claim_request(NS, key, owner, debit_parameters(amount))
 }
 
+/// A gRPC Claim, asked again while the server answers OPERATION_BUSY: a
+/// Claim waiting on an uncommitted registration gives up after the server's
+/// lock timeout, and a loaded machine may stretch a short transaction past it.
+async fn claim_through_busy(client: &mut Client, request: pb::ClaimRequest) -> pb::ClaimResponse {
+    loop {
+        match client.claim(request.clone()).await {
+            Ok(answer) => return answer.into_inner(),
+            Err(status) if error_reason(&status).as_deref() == Some("OPERATION_BUSY") => {}
+            Err(status) => panic!("{status:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn claim_debit_and_complete_commit_together_and_every_door_reads_them() {
     let mut app = spawn_app().await;
     open_account(&app.db).await;
     let mut tx = app.db.begin().await.unwrap();
-    let (outcome, token) = sql_claim(&mut *tx, "debit-1", "lab", 30).await.unwrap();
-    assert_eq!(outcome, "ACQUIRED");
+    let token = sql_acquire(&mut *tx, "debit-1", "lab", 30).await;
     debit(&mut tx, 30).await.unwrap();
     let status = sql_succeed(&mut *tx, "debit-1", token, b"debited")
         .await
@@ -103,7 +124,11 @@ async fn claim_debit_and_complete_commit_together_and_every_door_reads_them() {
     assert_eq!(balance(&app.db).await, OPENING_BALANCE - 30);
     // The SQL door replays it,
     let (outcome, replayed_token) = sql_claim(&app.db, "debit-1", "again", 30).await.unwrap();
-    assert_eq!((outcome.as_str(), replayed_token), ("REPLAYED", token));
+    assert_eq!(
+        (outcome.as_str(), replayed_token),
+        ("REPLAYED", None),
+        "a replay hands out no token"
+    );
     // and so does gRPC, with the result.
     let replayed = claim(&mut app.client, grpc_claim("debit-1", "grpc", 30)).await;
     assert_eq!(replayed.outcome(), ClaimOutcome::Replayed);
@@ -146,9 +171,7 @@ async fn claims_from_both_doors_wait_on_an_uncommitted_sql_registration_then_rep
     let app = spawn_app().await;
     open_account(&app.db).await;
     let mut first = app.db.begin().await.unwrap();
-    let (_, token) = sql_claim(&mut *first, "debit-3", "first", 30)
-        .await
-        .unwrap();
+    let token = sql_acquire(&mut *first, "debit-3", "first", 30).await;
 
     let mut client = app.client.clone();
     let over_grpc =
@@ -173,7 +196,7 @@ async fn claims_from_both_doors_wait_on_an_uncommitted_sql_registration_then_rep
     assert_eq!(grpc_answer.outcome(), ClaimOutcome::Replayed);
     assert_eq!(grpc_answer.operation.unwrap().result, b"debited");
     let (outcome, replayed_token) = over_sql.await.unwrap();
-    assert_eq!((outcome.as_str(), replayed_token), ("REPLAYED", token));
+    assert_eq!((outcome.as_str(), replayed_token), ("REPLAYED", None));
     assert_eq!(operation_rows(&app.db, NS, "debit-3").await, 1);
     assert_eq!(balance(&app.db).await, OPENING_BALANCE - 30);
 }
@@ -228,7 +251,7 @@ async fn callers_racing_through_both_doors_debit_each_key_once() {
                 if caller % 2 == 0 {
                     let mut tx = db.begin().await.unwrap();
                     let (outcome, token) = sql_claim(&mut *tx, &key, &owner, 30).await.unwrap();
-                    if outcome == "ACQUIRED" {
+                    if let Some(token) = token.filter(|_| outcome == "ACQUIRED") {
                         sqlx::query("INSERT INTO debits VALUES ($1, 'sql', 30)")
                             .bind(&key)
                             .execute(&mut *tx)
@@ -241,7 +264,8 @@ async fn callers_racing_through_both_doors_debit_each_key_once() {
                     tx.commit().await.unwrap();
                     outcome
                 } else {
-                    let answer = claim(&mut client, grpc_claim(&key, &owner, 30)).await;
+                    let answer =
+                        claim_through_busy(&mut client, grpc_claim(&key, &owner, 30)).await;
                     if answer.outcome() == ClaimOutcome::Acquired {
                         sqlx::query("INSERT INTO debits VALUES ($1, 'grpc', 30)")
                             .bind(&key)
@@ -304,8 +328,12 @@ async fn each_door_refuses_a_token_that_is_not_the_current_one() {
 
     // Leased over gRPC: SQL cannot complete or write with another token,
     let held = token(&claim(&mut app.client, grpc_claim("held-by-grpc", "grpc", 1)).await);
-    let (outcome, _) = sql_claim(&app.db, "held-by-grpc", "lab", 1).await.unwrap();
-    assert_eq!(outcome, "IN_PROGRESS");
+    let answer = sql_claim(&app.db, "held-by-grpc", "lab", 1).await.unwrap();
+    assert_eq!(
+        answer,
+        ("IN_PROGRESS".into(), None),
+        "another holder's token is not handed out"
+    );
     let refused = sql_succeed(&app.db, "held-by-grpc", foreign, b"x").await;
     assert_eq!(
         refusal(refused),
@@ -329,7 +357,7 @@ async fn each_door_refuses_a_token_that_is_not_the_current_one() {
     assert_eq!(status, "SUCCEEDED");
 
     // Leased through SQL: gRPC cannot complete it with another token.
-    let (_, leased) = sql_claim(&app.db, "held-in-sql", "lab", 1).await.unwrap();
+    let leased = sql_acquire(&app.db, "held-in-sql", "lab", 1).await;
     let refused = app
         .client
         .complete(complete_request(
@@ -440,7 +468,7 @@ async fn an_unknown_outcome_recorded_in_sql_is_seen_by_lookup_the_queue_claim_du
         config.telemetry.gauge_refresh_interval = Duration::from_millis(100);
     })
     .await;
-    let (_, token) = sql_claim(&app.db, "payout-1", "lab", 5).await.unwrap();
+    let token = sql_acquire(&app.db, "payout-1", "lab", 5).await;
     let status: String = sqlx::query_scalar(
         "SELECT status FROM opreg_sql.complete($1, 'payout-1', $2, 'UNKNOWN', remote_ref => 'psp-7', message => 'timed out')",
     )
@@ -538,6 +566,7 @@ async fn a_role_reaches_only_the_namespaces_it_was_granted() {
         .await
         .unwrap();
     assert_eq!(outcome, "ACQUIRED");
+    let token = token.unwrap();
     let denied = ("42501".to_owned(), "PERMISSION_DENIED".to_owned());
     assert_eq!(
         refusal(sql_claim_in(&mut door, "ledger", "debit-1", "app", &params).await),
@@ -547,6 +576,25 @@ async fn a_role_reaches_only_the_namespaces_it_was_granted() {
         .execute(&mut door)
         .await;
     assert_eq!(refusal(lookup), denied);
+    // An operation of another namespace, with its token known: neither its
+    // report nor a write under it gets through.
+    let (_, foreign) = sql_claim_in(&app.db, "ledger", "entry-1", "ledger-app", &params)
+        .await
+        .unwrap();
+    let foreign = foreign.unwrap();
+    let report =
+        sqlx::query("SELECT * FROM opreg_sql.complete('ledger', 'entry-1', $1, 'SUCCESS')")
+            .bind(foreign)
+            .execute(&mut door)
+            .await;
+    assert_eq!(refusal(report), denied);
+    let write = sqlx::query(
+        "SELECT * FROM opreg_sql.fenced_write('ledger', 'balance', 'entry-1', $1, 'x')",
+    )
+    .bind(foreign)
+    .execute(&mut door)
+    .await;
+    assert_eq!(refusal(write), denied);
     // The tables and the grants are out of its reach but through the door.
     let read = sqlx::query("SELECT count(*) FROM operations")
         .execute(&mut door)
@@ -556,9 +604,10 @@ async fn a_role_reaches_only_the_namespaces_it_was_granted() {
         .execute(&mut door)
         .await;
     assert_eq!(refusal(widen).0, "42501");
-    let forged = sqlx::query("INSERT INTO opreg_sql.namespace_grants VALUES (current_user, '*')")
-        .execute(&mut door)
-        .await;
+    let forged =
+        sqlx::query("INSERT INTO opreg_sql.namespace_grants VALUES (current_user::regrole, '*')")
+            .execute(&mut door)
+            .await;
     assert_eq!(refusal(forged).0, "42501");
     let completed: String = sqlx::query_scalar(
         "SELECT status FROM opreg_sql.complete('payments', 'debit-1', $1, 'SUCCESS')",
@@ -581,12 +630,23 @@ async fn a_role_reaches_only_the_namespaces_it_was_granted() {
         refusal(sql_claim_in(&mut door, "payments", "debit-2", "app", &params).await),
         denied
     );
-    let rows: Vec<(String, String)> =
-        sqlx::query_as("SELECT namespace, operation_key FROM operations ORDER BY 1, 2")
+    let rows: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT namespace, operation_key, status FROM operations ORDER BY 1, 2")
             .fetch_all(&app.db)
             .await
             .unwrap();
-    assert_eq!(rows, [("payments".into(), "debit-1".into())]);
+    assert_eq!(
+        rows,
+        [
+            ("ledger".into(), "entry-1".into(), "in_progress".into()),
+            ("payments".into(), "debit-1".into(), "succeeded".into())
+        ]
+    );
+    let resources: i64 = sqlx::query_scalar("SELECT count(*) FROM resources")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(resources, 0);
     door.close().await.unwrap();
     role.drop_from(&app).await;
 }
@@ -725,7 +785,7 @@ async fn retention_purges_what_the_sql_door_finished() {
     })
     .await;
     for key in ["old", "recent"] {
-        let (_, token) = sql_claim(&app.db, key, "lab", 1).await.unwrap();
+        let token = sql_acquire(&app.db, key, "lab", 1).await;
         sql_succeed(&app.db, key, token, b"ok").await.unwrap();
     }
     sqlx::query(
@@ -751,4 +811,178 @@ async fn retention_purges_what_the_sql_door_finished() {
         1,
         "kept within it"
     );
+}
+
+#[tokio::test]
+async fn a_registration_that_waited_on_a_rolled_back_one_keeps_its_whole_lease() {
+    let app = spawn_app().await;
+    let mut first = app.db.begin().await.unwrap();
+    sql_acquire(&mut *first, "slow", "first", 1).await;
+    let db = app.db.clone();
+    let waiting = tokio::spawn(async move { sql_claim(&db, "slow", "second", 1).await });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    first.rollback().await.unwrap();
+    let (outcome, _) = waiting.await.unwrap().unwrap();
+    assert_eq!(outcome, "ACQUIRED");
+
+    // The lease, the creation and the deadline count from after the wait.
+    let (lease, since_created, deadline): (f64, f64, f64) = sqlx::query_as(
+        "SELECT extract(epoch FROM lease_expires_at - created_at)::float8,
+                extract(epoch FROM clock_timestamp() - created_at)::float8,
+                extract(epoch FROM deadline_at - created_at)::float8
+         FROM operations WHERE namespace = $1 AND operation_key = 'slow'",
+    )
+    .bind(NS)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!((lease, deadline), (30.0, 86_400.0));
+    assert!(
+        since_created < 1.5,
+        "created {since_created} s ago: before the wait"
+    );
+}
+
+#[tokio::test]
+async fn input_a_locale_or_a_session_setting_would_bend_is_answered_as_the_server_answers_it() {
+    let mut app = spawn_app().await;
+    let invalid = ("22023".to_owned(), "INVALID_ARGUMENT".to_owned());
+    // White space by Unicode's White_Space, whatever the database's locale.
+    for key in ["\u{a0}k", "k\u{3000}", "k\u{2028}", "k\u{85}x"] {
+        let refused = sql_claim(&app.db, key, "lab", 1).await;
+        assert_eq!(refusal(refused), invalid, "{key:?}");
+    }
+    // Nesting past 20 levels (the outer object is level 1), before any
+    // canonical form is made; 20 levels are fine.
+    let mut deep = json!(1);
+    for _ in 0..20 {
+        deep = json!({ "a": deep });
+    }
+    let (outcome, _) = sql_claim_in(&app.db, NS, "deep", "lab", &deep)
+        .await
+        .unwrap();
+    assert_eq!(outcome, "ACQUIRED");
+    let refused = sql_claim_in(&app.db, NS, "deeper", "lab", &json!({ "a": deep })).await;
+    assert_eq!(refusal(refused), invalid);
+    // A number closer to zero than any double is the 0 every client reads.
+    let tiny = sqlx::query_scalar::<_, String>(
+        "SELECT outcome FROM opreg_sql.claim($1, 'tiny', '{\"amount\": 1e-400}', 'lab')",
+    )
+    .bind(NS)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(tiny, "ACQUIRED");
+    let same = claim(
+        &mut app.client,
+        claim_request(NS, "tiny", "grpc", json!({"amount": 0})),
+    )
+    .await;
+    assert_eq!(
+        same.outcome(),
+        ClaimOutcome::InProgress,
+        "the same parameters"
+    );
+    // Backslashes read as escapes in an old session setting change nothing.
+    let mut legacy = PgConnection::connect_with(&app.db_options).await.unwrap();
+    sqlx::raw_sql("SET standard_conforming_strings = off")
+        .execute(&mut legacy)
+        .await
+        .unwrap();
+    let (outcome, _) = sql_claim_in(&mut legacy, NS, "legacy", "lab", &json!({"path": "a\\b\n"}))
+        .await
+        .unwrap();
+    assert_eq!(outcome, "ACQUIRED");
+    let stored: String = sqlx::query_scalar(
+        "SELECT parameters_canonical FROM operations WHERE namespace = $1 AND operation_key = 'legacy'",
+    )
+    .bind(NS)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(stored, r#"{"path":"a\\b\n"}"#);
+}
+
+#[tokio::test]
+async fn a_dropped_roles_grants_do_not_pass_to_a_new_role_of_its_name() {
+    let app = spawn_app().await;
+    let role = DoorRole::create(&app, "reborn").await;
+    let name = role.name.clone();
+    sqlx::query("SELECT opreg_sql.grant_namespace($1::regrole, 'payments')")
+        .bind(&name)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    role.drop_from(&app).await;
+    let reborn = DoorRole::create(&app, "reborn").await;
+    assert_eq!(reborn.name, name);
+    sqlx::query("SELECT opreg_sql.grant_namespace($1::regrole, 'ledger')")
+        .bind(&name)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let mut door = reborn.connect().await;
+    let refused = sql_claim_in(&mut door, "payments", "k", "app", &json!({})).await;
+    assert_eq!(
+        refusal(refused),
+        ("42501".into(), "PERMISSION_DENIED".into())
+    );
+    door.close().await.unwrap();
+    reborn.drop_from(&app).await;
+}
+
+/// A takeover whose row gains a new version (same token, status and expired
+/// lease) between the statement's start and its lock: the claim waits, takes
+/// over the version that committed, and writes the replaced execution to the
+/// history once.
+#[tokio::test]
+async fn a_takeover_racing_a_new_version_of_its_row_archives_the_replaced_execution_once() {
+    let app = spawn_app().await;
+    let first = sqlx::query_scalar::<_, i64>(
+        "SELECT fencing_token FROM opreg_sql.claim($1, 'contended', '{}', 'first', lease => '1 second')",
+    )
+    .bind(NS)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let mut other = app.db.begin().await.unwrap();
+    sqlx::query(
+        "UPDATE operations SET updated_at = updated_at WHERE namespace = $1 AND operation_key = 'contended'",
+    )
+    .bind(NS)
+    .execute(&mut *other)
+    .await
+    .unwrap();
+    let db = app.db.clone();
+    let taking = tokio::spawn(async move {
+        sqlx::query_as::<_, (String, Option<i64>)>(
+            "SELECT outcome, fencing_token FROM opreg_sql.claim($1, 'contended', '{}', 'second')",
+        )
+        .bind(NS)
+        .fetch_one(&db)
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    other.commit().await.unwrap();
+
+    let (outcome, second) = taking.await.unwrap().unwrap();
+    assert_eq!(outcome, "ACQUIRED");
+    let history: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT fencing_token, outcome FROM execution_history
+         WHERE namespace = $1 AND operation_key = 'contended'",
+    )
+    .bind(NS)
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(history, [(first, "superseded".into())]);
+    let current: i64 = sqlx::query_scalar(
+        "SELECT execution_token FROM operations WHERE namespace = $1 AND operation_key = 'contended'",
+    )
+    .bind(NS)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(Some(current), second);
 }

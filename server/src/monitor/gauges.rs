@@ -32,29 +32,40 @@ pub async fn refresh_forever(options: PgConnectOptions, pool: PgPool, interval: 
         metrics::pool(pool.size(), pool.num_idle());
         let started = tokio::time::Instant::now();
         if let Some(open) = connection.get(QUERY_TIMEOUT).await {
-            let read = async {
-                let rows = operations::backlog(&mut *open).await?;
-                let calls = sql_door::call_counts(&mut *open).await?;
-                Ok::<_, sqlx::Error>((rows, calls))
-            };
-            match tokio::time::timeout(QUERY_TIMEOUT, read).await {
-                Ok(Ok((rows, calls))) => {
-                    reported.set(&rows);
-                    for count in calls {
-                        metrics::sql_door_calls(&count.call, &count.outcome, count.calls);
-                    }
-                }
-                Ok(Err(error)) => {
-                    tracing::warn!(%error, "cannot read the backlog");
-                    connection.reset();
-                }
-                Err(_) => {
-                    tracing::warn!("the backlog query timed out");
-                    connection.reset();
-                }
+            // Each read on its own: neither keeps the other's gauges from moving.
+            let backlog = timed("the backlog", operations::backlog(&mut *open)).await;
+            if let Some(rows) = &backlog {
+                reported.set(rows);
+            }
+            let calls = timed(
+                "the SQL door's call counts",
+                sql_door::call_counts(&mut *open),
+            )
+            .await;
+            for count in calls.iter().flatten() {
+                metrics::sql_door_calls(&count.call, &count.outcome, count.calls);
+            }
+            if backlog.is_none() || calls.is_none() {
+                connection.reset();
             }
         }
         tokio::time::sleep(pause_after(interval, started.elapsed())).await;
+    }
+}
+
+/// The answer of one refresh query within [`QUERY_TIMEOUT`], or `None` after a
+/// warning naming `what` could not be read.
+async fn timed<T>(what: &str, query: impl Future<Output = sqlx::Result<T>>) -> Option<T> {
+    match tokio::time::timeout(QUERY_TIMEOUT, query).await {
+        Ok(Ok(answer)) => Some(answer),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "cannot read {what}");
+            None
+        }
+        Err(_) => {
+            tracing::warn!("reading {what} timed out");
+            None
+        }
     }
 }
 

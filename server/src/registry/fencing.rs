@@ -53,8 +53,7 @@ impl Registry {
 
 /// A FencedWrite inside a transaction the caller holds (the server's own, or
 /// the transactional door's): the operation's row stays locked until that
-/// transaction ends. A refusal writes nothing and leaves the transaction
-/// usable.
+/// transaction ends. A refusal writes nothing.
 pub(crate) async fn fenced_write_on(
     tx: &mut PgConnection,
     command: &FencedWriteCommand,
