@@ -88,7 +88,7 @@ BEGIN
 END
 $$;
 
--- A plain SQL function, so the planner inlines it into the caller's PERFORM.
+-- A plain SQL function: no PL/pgSQL frame of its own.
 CREATE FUNCTION opreg_sql.count_call(call text, outcome text) RETURNS bigint
 LANGUAGE sql VOLATILE
 RETURN nextval(('opreg_sql.calls__' || call || '__' || lower(outcome))::regclass);
@@ -115,7 +115,7 @@ RETURN CASE WHEN current_setting('role') = 'none' THEN session_user
 -- from PUBLIC), under their fixed search path; a SET clause of their own
 -- would cost every call a configuration change.
 CREATE FUNCTION opreg_sql.authorize(namespace text) RETURNS void
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     caller name := opreg_sql.caller();
@@ -160,13 +160,15 @@ RETURN opreg_sql.refuse_with('22023', 'INVALID_ARGUMENT', field || ' ' || violat
 CREATE FUNCTION opreg_sql.check_identifier(field text, value text, max_bytes integer) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
+DECLARE
+    white_space CONSTANT text :=
+        E'[\\u0009-\\u000d\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]';
 BEGIN
     IF value IS NULL OR value = '' THEN
         PERFORM opreg_sql.refuse(field, 'must not be empty');
     ELSIF octet_length(value) > max_bytes THEN
         PERFORM opreg_sql.refuse(field, format('must be at most %s bytes', max_bytes));
-    ELSIF value ~ E'^[\\u0009-\\u000d\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]'
-       OR value ~ E'[\\u0009-\\u000d\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]$' THEN
+    ELSIF value ~ ('^' || white_space) OR value ~ (white_space || '$') THEN
         PERFORM opreg_sql.refuse(field, 'must not start or end with white space');
     ELSIF value ~ E'[\\u0001-\\u001f\\u007f-\\u009f]' THEN
         PERFORM opreg_sql.refuse(field, 'must not contain control characters');
@@ -335,11 +337,12 @@ BEGIN
     IF execution IS NOT NULL THEN
         PERFORM opreg_sql.count_call('execution', execution);
     END IF;
-    -- The token and the lease are the caller's only when it may act on them:
-    -- on any other answer they are another holder's, or spent.
+    -- The token and the lease are the caller's only with an execution to run
+    -- (ACQUIRED, RECONCILE): on any other answer they are another holder's,
+    -- or spent.
     RETURN ROW(outcome,
-               CASE WHEN outcome IN ('ACQUIRED', 'RECONCILE') THEN o.fencing_token END,
-               CASE WHEN outcome IN ('ACQUIRED', 'RECONCILE') THEN o.lease_expires_at END,
+               CASE WHEN execution IS NOT NULL THEN o.fencing_token END,
+               CASE WHEN execution IS NOT NULL THEN o.lease_expires_at END,
                retry_after, upper(o.status), o.attempts,
                o.result, o.result_ref, o.failure_code, o.failure_message, o.remote_ref)::opreg_sql.claim_answer;
 END
@@ -352,6 +355,16 @@ RETURN ROW(o.namespace, o.operation_key, upper(o.status), o.parameters_digest, o
            o.attempts, o.lease_owner, o.lease_expires_at, o.result, o.result_ref,
            o.failure_code, o.failure_message, o.remote_ref, o.last_error_class,
            o.held_at IS NOT NULL, o.created_at, o.updated_at, o.completed_at)::opreg_sql.operation;
+
+-- The guard of a transition a Claim decided on `observed` (transitions.rs
+-- still_as_observed!): the locked row still holds that token and status,
+-- unheld, with its lease expired or its retry due by the clock now.
+CREATE FUNCTION opreg_sql.still_as_observed(locked operations, observed operations) RETURNS boolean
+LANGUAGE sql VOLATILE
+RETURN locked.fencing_token = observed.fencing_token AND locked.status = observed.status
+   AND locked.held_at IS NULL
+   AND (locked.status <> 'in_progress' OR locked.lease_expires_at <= clock_timestamp())
+   AND (locked.status <> 'retry_scheduled' OR locked.next_attempt_at <= clock_timestamp());
 
 -- PARAMETER_CONFLICT, naming the top-level fields that differ when the stored
 -- parameters are known.
@@ -428,6 +441,7 @@ DECLARE
     moved     operations;
     now_      timestamptz;
     step      text;
+    lease_length interval;
 BEGIN
     PERFORM opreg_sql.check_identifier('namespace', claim.namespace, 128);
     -- The boundary before any work done for the caller.
@@ -451,6 +465,9 @@ BEGIN
     END IF;
     PERFORM opreg_sql.check_duration('deadline', claim.deadline, true);
     PERFORM opreg_sql.check_parameters(claim.parameters);
+    -- Whole microseconds, as the server stores durations (an interval's days
+    -- and months would follow the session's time zone).
+    lease_length := opreg_sql.micros(claim.lease) * interval '1 microsecond';
     canonical := opreg_sql.canonical_json(claim.parameters);
     IF octet_length(canonical) > 65536 THEN
         PERFORM opreg_sql.refuse('parameters', 'must be at most 65536 bytes in canonical form');
@@ -475,7 +492,7 @@ BEGIN
                 execution_owner, execution_started_at, execution_outcome)
             SELECT claim.namespace, claim.operation_key, 'in_progress', digest, canonical,
                    fresh.token, claim.owner,
-                   fresh.now + opreg_sql.micros(claim.lease) * interval '1 microsecond', 1,
+                   fresh.now + lease_length, 1,
                    claim.max_attempts, opreg_sql.micros(claim.initial_backoff),
                    opreg_sql.micros(claim.max_backoff),
                    fresh.now + opreg_sql.micros(claim.deadline) * interval '1 microsecond',
@@ -495,7 +512,7 @@ BEGIN
                     WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now)
                     UPDATE operations AS o SET
                         deadline_at = o.deadline_at + (clock.now - o.created_at),
-                        lease_expires_at = clock.now + opreg_sql.micros(claim.lease) * interval '1 microsecond',
+                        lease_expires_at = clock.now + lease_length,
                         created_at = clock.now,
                         updated_at = clock.now,
                         execution_started_at = clock.now
@@ -545,16 +562,11 @@ BEGIN
             -- as observed, and due.
             WITH observed AS MATERIALIZED (
                 SELECT 1
-                FROM (SELECT l.fencing_token, l.status, l.held_at, l.lease_expires_at,
-                             l.next_attempt_at
-                      FROM operations AS l
+                FROM (SELECT l FROM operations AS l
                       WHERE l.namespace = claim.namespace AND l.operation_key = claim.operation_key
                       LIMIT 1
-                      FOR NO KEY UPDATE) AS locked
-                WHERE locked.fencing_token = found_row.fencing_token AND locked.status = found_row.status
-                  AND locked.held_at IS NULL
-                  AND (locked.status <> 'in_progress' OR locked.lease_expires_at <= clock_timestamp())
-                  AND (locked.status <> 'retry_scheduled' OR locked.next_attempt_at <= clock_timestamp())
+                      FOR NO KEY UPDATE) AS locked(row_now)
+                WHERE opreg_sql.still_as_observed(locked.row_now, found_row)
             )
             UPDATE operations AS o SET
                 status = 'dead',
@@ -581,29 +593,25 @@ BEGIN
             -- to the history (superseded if it never reported), only once the
             -- row has moved.
             WITH replaced AS MATERIALIZED (
-                SELECT o.attempts AS r_attempt, o.execution_token AS r_token,
-                       o.execution_kind AS r_kind, o.execution_id AS r_execution_id,
-                       o.execution_owner AS r_owner, o.execution_started_at AS r_started_at,
-                       o.execution_finished_at AS r_finished_at, o.execution_outcome AS r_outcome,
-                       o.execution_outcome_digest AS r_digest, o.execution_error_class AS r_class,
-                       o.execution_message AS r_message,
+                SELECT (o).attempts AS r_attempt, (o).execution_token AS r_token,
+                       (o).execution_kind AS r_kind, (o).execution_id AS r_execution_id,
+                       (o).execution_owner AS r_owner, (o).execution_started_at AS r_started_at,
+                       (o).execution_finished_at AS r_finished_at, (o).execution_outcome AS r_outcome,
+                       (o).execution_outcome_digest AS r_digest, (o).execution_error_class AS r_class,
+                       (o).execution_message AS r_message,
                        nextval('fencing_tokens') AS r_new_token, clock_timestamp() AS r_now
-                FROM (SELECT l.*
-                      FROM operations AS l
+                FROM (SELECT l FROM operations AS l
                       WHERE l.namespace = claim.namespace AND l.operation_key = claim.operation_key
                       LIMIT 1
-                      FOR NO KEY UPDATE) AS o
-                WHERE o.fencing_token = found_row.fencing_token AND o.status = found_row.status
-                  AND o.held_at IS NULL
-                  AND (o.status <> 'in_progress' OR o.lease_expires_at <= clock_timestamp())
-                  AND (o.status <> 'retry_scheduled' OR o.next_attempt_at <= clock_timestamp())
+                      FOR NO KEY UPDATE) AS locked(o)
+                WHERE opreg_sql.still_as_observed(o, found_row)
             ),
             started AS (
                 UPDATE operations AS o SET
                     fencing_token = r_new_token,
                     status = 'in_progress',
                     lease_owner = claim.owner,
-                    lease_expires_at = r_now + opreg_sql.micros(claim.lease) * interval '1 microsecond',
+                    lease_expires_at = r_now + lease_length,
                     lease_takeover = (step = 'start:takeover'),
                     attempts = o.attempts + CASE WHEN step = 'start:reconcile' THEN 0 ELSE 1 END,
                     reconciling = (step = 'start:reconcile'),
@@ -820,10 +828,11 @@ BEGIN
         -- primary key, the guard checked on the locked row (in the probe it
         -- would let a generic plan scan the due index, whose predicate it
         -- implies, through every lease of the namespace), then the presented
-        -- token's execution finishes and the operation moves, in one row.
+        -- token's execution finishes and the operation moves, in one row,
+        -- updated by its key as the claim's transitions are.
         WITH current_lease AS MATERIALIZED (
-            SELECT locked.ctid AS locked_row
-            FROM (SELECT l.ctid, l.fencing_token, l.status, l.held_at, l.execution_token,
+            SELECT 1
+            FROM (SELECT l.fencing_token, l.status, l.held_at, l.execution_token,
                          l.execution_outcome_digest
                   FROM operations AS l
                   WHERE l.namespace = complete.namespace AND l.operation_key = complete.operation_key
@@ -864,7 +873,7 @@ BEGIN
             execution_message = CASE WHEN complete.outcome <> 'SUCCESS' THEN complete.message END,
             execution_finished_at = now_
         FROM current_lease
-        WHERE o.ctid = current_lease.locked_row
+        WHERE o.namespace = complete.namespace AND o.operation_key = complete.operation_key
         RETURNING o.* INTO moved;
         IF FOUND THEN
             PERFORM opreg_sql.count_call('complete', complete.outcome);

@@ -57,8 +57,8 @@ pub fn connect_options(options: PgConnectOptions) -> PgConnectOptions {
     options.options([("plan_cache_mode", "force_generic_plan")])
 }
 
-/// Claim, Complete, FencedWrite and Lookup inside a caller's transaction, checked against
-/// `limits` as the server checks its requests.
+/// Claim, Complete, FencedWrite and Lookup inside a caller's transaction,
+/// checked against `limits` as the server checks its requests.
 #[derive(Clone, Debug)]
 pub struct InTransaction {
     limits: RequestLimits,

@@ -183,7 +183,8 @@ async fn claims_from_both_doors_wait_on_an_uncommitted_sql_registration_then_rep
         tx.commit().await.unwrap();
         answer
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Both are seen waiting on the uncommitted row, not assumed to.
+    app.observe_lock_waits(None, 2).await;
     assert!(!over_grpc.is_finished(), "the gRPC Claim did not wait");
     assert!(!over_sql.is_finished(), "the SQL Claim did not wait");
     debit(&mut first, 30).await.unwrap();
@@ -210,7 +211,7 @@ async fn a_rolled_back_registration_lets_the_waiting_claim_register() {
         .unwrap();
     let db = app.db.clone();
     let waiting = tokio::spawn(async move { sql_claim(&db, "debit-4", "second", 30).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    app.observe_lock_waits(None, 1).await;
     assert!(!waiting.is_finished(), "the second Claim did not wait");
     first.rollback().await.unwrap();
 
@@ -395,7 +396,7 @@ async fn each_door_refuses_a_token_that_is_not_the_current_one() {
 async fn a_takeover_over_grpc_fences_out_the_sql_holder() {
     let mut app = spawn_app().await;
     let (_, first) = sqlx::query_as::<_, (String, i64)>(
-        "SELECT outcome, fencing_token FROM opreg_sql.claim($1, 'transfer-1', '{}', 'first', lease => '1 second')",
+        "SELECT outcome, fencing_token FROM opreg_sql.claim($1, 'transfer-1', '{}', 'first')",
     )
     .bind(NS)
     .fetch_one(&app.db)
@@ -410,7 +411,7 @@ async fn a_takeover_over_grpc_fences_out_the_sql_holder() {
     .await
     .unwrap();
     assert_eq!(written, (first, 1));
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    app.expire_lease(NS, "transfer-1").await;
     let taken = claim(
         &mut app.client,
         claim_request(NS, "transfer-1", "second", json!({})),
@@ -939,13 +940,13 @@ async fn a_dropped_roles_grants_do_not_pass_to_a_new_role_of_its_name() {
 async fn a_takeover_racing_a_new_version_of_its_row_archives_the_replaced_execution_once() {
     let app = spawn_app().await;
     let first = sqlx::query_scalar::<_, i64>(
-        "SELECT fencing_token FROM opreg_sql.claim($1, 'contended', '{}', 'first', lease => '1 second')",
+        "SELECT fencing_token FROM opreg_sql.claim($1, 'contended', '{}', 'first')",
     )
     .bind(NS)
     .fetch_one(&app.db)
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    app.expire_lease(NS, "contended").await;
     let mut other = app.db.begin().await.unwrap();
     sqlx::query(
         "UPDATE operations SET updated_at = updated_at WHERE namespace = $1 AND operation_key = 'contended'",
@@ -963,7 +964,7 @@ async fn a_takeover_racing_a_new_version_of_its_row_archives_the_replaced_execut
         .fetch_one(&db)
         .await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    app.observe_lock_waits(None, 1).await;
     other.commit().await.unwrap();
 
     let (outcome, second) = taking.await.unwrap().unwrap();

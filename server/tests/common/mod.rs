@@ -259,22 +259,30 @@ impl TestApp {
     /// Waits until one of the server's connections to this database is waiting on
     /// a lock, as `pg_stat_activity` shows it: the race is observed, not assumed.
     pub async fn observe_lock_wait(&self) {
+        self.observe_lock_waits(Some("opreg"), 1).await;
+    }
+
+    /// Waits until `waiters` sessions of this database (of `application`, or
+    /// of any) are waiting on a lock, as `pg_stat_activity` shows them.
+    pub async fn observe_lock_waits(&self, application: Option<&str>, waiters: i64) {
         let database = self.db_options.get_database().unwrap().to_owned();
         for _ in 0..500 {
             let waiting: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM pg_stat_activity
-                 WHERE datname = $1 AND wait_event_type = 'Lock' AND application_name = 'opreg'",
+                 WHERE datname = $1 AND wait_event_type = 'Lock'
+                   AND ($2::text IS NULL OR application_name = $2)",
             )
             .bind(&database)
+            .bind(application)
             .fetch_one(&self.db)
             .await
             .unwrap();
-            if waiting > 0 {
+            if waiting >= waiters {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        panic!("no claim was observed waiting on the uncommitted registration");
+        panic!("fewer than {waiters} sessions were observed waiting on a lock");
     }
 
     /// Makes the current lease of an operation expire now, by the database clock.
