@@ -25,8 +25,10 @@ impl ErrorReason {
         match self {
             Self::Unspecified | Self::Internal => Code::Internal,
             Self::InvalidArgument => Code::InvalidArgument,
-            Self::MessageTooLarge | Self::RateLimited => Code::ResourceExhausted,
-            Self::ParameterConflict => Code::AlreadyExists,
+            Self::MessageTooLarge | Self::RateLimited | Self::TooManyWaiters => {
+                Code::ResourceExhausted
+            }
+            Self::ParameterConflict | Self::OperationExists => Code::AlreadyExists,
             Self::StaleFencingToken => Code::Aborted,
             Self::AlreadyCompleted
             | Self::LeaseNotHeld

@@ -9,6 +9,7 @@ package opreg_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,6 +36,8 @@ const (
 	proxyExitTimeout  = 30 * time.Second // a takeover waits up to 15 s for a lease to lapse
 	// At most this many scenarios at once (each mostly waits on timers).
 	maxParallelScenarios = 4
+	// The in_progress `before`'s lease when the scenario gives no before_lease_ttl_ms.
+	defaultInProgressTTL = 30 * time.Second
 )
 
 // scenarioSlots bounds the scenarios running at once, over both runners.
@@ -374,19 +377,22 @@ func awaitCancel(ctx context.Context) {
 // beforeAction is a scenario's `before`, made directly against the server
 // with owner conformance-before.
 type beforeAction struct {
-	action      string // "" for none
-	namespace   string
-	key         string
-	parameters  map[string]any
-	leaseTTL    time.Duration
-	retryPolicy *opregv1.RetryPolicy
+	action        string // "" for none
+	namespace     string
+	key           string
+	parameters    map[string]any
+	leaseTTL      time.Duration // the lease of a before Claim completed at once
+	inProgressTTL time.Duration // in_progress: the lease left held (0: defaultInProgressTTL)
+	retryPolicy   *opregv1.RetryPolicy
 }
 
-// prepare makes the scenario's `before`: Claim, then (but for in_progress) the Complete the action names.
-func prepare(ctx context.Context, t *testing.T, client *opreg.Client, b beforeAction) {
+// prepare makes the scenario's `before`: Claim, then (but for in_progress) the
+// Complete the action names. The fencing token of the before Claim's lease (0
+// for no before).
+func prepare(ctx context.Context, t *testing.T, client *opreg.Client, b beforeAction) uint64 {
 	t.Helper()
 	if b.action == "" {
-		return
+		return 0
 	}
 	parameters, err := opreg.Struct(b.parameters)
 	if err != nil {
@@ -394,7 +400,7 @@ func prepare(ctx context.Context, t *testing.T, client *opreg.Client, b beforeAc
 	}
 	ttl := b.leaseTTL
 	if b.action == "in_progress" {
-		ttl = 30 * time.Second
+		ttl = cmp.Or(b.inProgressTTL, defaultInProgressTTL)
 	}
 	claimed, err := retryTransient(ctx, func() (*opregv1.ClaimResponse, error) {
 		return client.Claim(ctx, &opregv1.ClaimRequest{
@@ -412,10 +418,21 @@ func prepare(ctx context.Context, t *testing.T, client *opreg.Client, b beforeAc
 	if claimed.GetOutcome() != opregv1.ClaimOutcome_CLAIM_OUTCOME_ACQUIRED {
 		t.Fatalf("before: Claim answered %s", claimed.GetOutcome())
 	}
-	req := &opregv1.CompleteRequest{Namespace: b.namespace, OperationKey: b.key, FencingToken: claimed.GetLease().GetFencingToken()}
-	switch b.action {
-	case "in_progress":
-		return
+	token := claimed.GetLease().GetFencingToken()
+	if b.action == "in_progress" {
+		return token
+	}
+	if err := completeBefore(ctx, client, b.namespace, b.key, token, b.action); err != nil {
+		t.Fatalf("before: Complete: %v", err)
+	}
+	return token
+}
+
+// completeBefore completes the before owner's lease (token) as the action
+// names, directly against the server.
+func completeBefore(ctx context.Context, client *opreg.Client, namespace, key string, token uint64, action string) error {
+	req := &opregv1.CompleteRequest{Namespace: namespace, OperationKey: key, FencingToken: token}
+	switch action {
 	case "success":
 		req.Outcome = &opregv1.CompleteRequest_Success{Success: &opregv1.Success{Result: []byte("before")}}
 	case "failure":
@@ -426,11 +443,27 @@ func prepare(ctx context.Context, t *testing.T, client *opreg.Client, b beforeAc
 		req.Outcome = &opregv1.CompleteRequest_Retryable{Retryable: &opregv1.RetryableError{
 			ErrorClass: "BEFORE", Message: "recorded before", RetryAfter: durationpb.New(time.Millisecond)}}
 	default:
-		t.Fatalf("unknown before action %q", b.action)
+		return fmt.Errorf("unknown before action %q", action)
 	}
-	if _, err := retryTransient(ctx, func() (*opregv1.CompleteResponse, error) { return client.Complete(ctx, req) }); err != nil {
-		t.Fatalf("before: Complete: %v", err)
-	}
+	_, err := retryTransient(ctx, func() (*opregv1.CompleteResponse, error) { return client.Complete(ctx, req) })
+	return err
+}
+
+// completeBeforeAfter completes the before owner's lease (token) with success,
+// directly against the server, after the delay (a scenario's
+// before_complete_after_ms), on a goroutine of its own. The function returned
+// waits for it to end and returns its error.
+func completeBeforeAfter(ctx context.Context, client *opreg.Client, namespace, key string, token uint64, delay time.Duration) (wait func() error) {
+	done := make(chan error, 1)
+	go func() {
+		select {
+		case <-time.After(delay):
+			done <- completeBefore(ctx, client, namespace, key, token, "success")
+		case <-ctx.Done():
+			done <- fmt.Errorf("the test ended before the delayed Complete: %w", ctx.Err())
+		}
+	}()
+	return func() error { return <-done }
 }
 
 // lookupOperation finds the operation directly; status is its status's name,

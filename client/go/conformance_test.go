@@ -8,7 +8,9 @@ package opreg_test
 // Per scenario: a fresh key <name>-go-<random> in namespace "conformance";
 // the scenario's `before` made directly against the server; a fresh proxy
 // with the scenario's faults; RunOnce through the proxy with the scenario's
-// settings, work actions and reconcile callback; then the result or error
+// settings, work actions and reconcile callback (and, given
+// before_complete_after_ms, the before owner's Complete on a goroutine, waited
+// for once RunOnce returned); then the result or error
 // kind, the operation's status (a direct Lookup) and the reconcile callback
 // compared with `expect`. The calls are judged by the proxy alone: it is given
 // `expect.calls` as --expect, and its exit status is the verdict.
@@ -32,16 +34,18 @@ const (
 )
 
 type scenario struct {
-	LeaseTTLMS    *int64              `json:"lease_ttl_ms"`
-	DeadlineMS    *int64              `json:"deadline_ms"`
-	CallTimeoutMS *int64              `json:"call_timeout_ms"`
-	RetryPolicy   *retryPolicySetting `json:"retry_policy"`
-	Name          string              `json:"name"`
-	Before        string              `json:"before"`
-	Work          []string            `json:"work"`
-	Reconcile     string              `json:"reconcile"`
-	Faults        []json.RawMessage   `json:"faults"`
-	Expect        struct {
+	LeaseTTLMS            *int64              `json:"lease_ttl_ms"`
+	DeadlineMS            *int64              `json:"deadline_ms"`
+	CallTimeoutMS         *int64              `json:"call_timeout_ms"`
+	RetryPolicy           *retryPolicySetting `json:"retry_policy"`
+	Name                  string              `json:"name"`
+	Before                string              `json:"before"`
+	BeforeLeaseTTLMS      int64               `json:"before_lease_ttl_ms"`      // 0: defaultInProgressTTL
+	BeforeCompleteAfterMS *int64              `json:"before_complete_after_ms"` // nil: the before lease is left held
+	Work                  []string            `json:"work"`
+	Reconcile             string              `json:"reconcile"`
+	Faults                []json.RawMessage   `json:"faults"`
+	Expect                struct {
 		Result *struct {
 			Value    string `json:"value"`
 			Replayed bool   `json:"replayed"`
@@ -67,6 +71,9 @@ func loadScenarios(t *testing.T) []*scenario {
 	for _, s := range scenarios {
 		if s.LeaseTTLMS == nil || s.DeadlineMS == nil || s.CallTimeoutMS == nil || s.RetryPolicy == nil {
 			t.Fatalf("scenario %s: a setting has neither a value nor a default", s.Name)
+		}
+		if s.BeforeCompleteAfterMS != nil && s.Before != "in_progress" {
+			t.Fatalf("scenario %s: before_complete_after_ms needs the before in_progress", s.Name)
 		}
 	}
 	return scenarios
@@ -123,12 +130,17 @@ func kindOf(err error) string {
 func runScenario(t *testing.T, srv *testServer, direct *opreg.Client, s *scenario) {
 	ctx := testContext(t)
 	key := fmt.Sprintf("%s-go-%s", s.Name, randomSuffix())
-	prepare(ctx, t, direct, beforeAction{
+	beforeToken := prepare(ctx, t, direct, beforeAction{
 		action: s.Before, namespace: conformanceNamespace, key: key,
-		parameters: scenarioParameters(s.Name), leaseTTL: s.leaseTTL(), retryPolicy: s.retryPolicy(),
+		parameters: scenarioParameters(s.Name), leaseTTL: s.leaseTTL(), inProgressTTL: ms(s.BeforeLeaseTTLMS),
+		retryPolicy: s.retryPolicy(),
 	})
 	proxy := startProxy(t, srv.address, s.Faults, s.Expect.Calls)
 	started := time.Now()
+	beforeCompleted := func() error { return nil }
+	if s.BeforeCompleteAfterMS != nil {
+		beforeCompleted = completeBeforeAfter(ctx, direct, conformanceNamespace, key, beforeToken, ms(*s.BeforeCompleteAfterMS))
+	}
 	run := &scenarioRun{}
 	result, runErr := func() (*opreg.Result, error) {
 		client, err := opreg.Dial(ctx, proxy.address)
@@ -149,11 +161,16 @@ func runScenario(t *testing.T, srv *testServer, direct *opreg.Client, s *scenari
 		defer cancel()
 		return client.RunOnce(runCtx, conformanceNamespace, key, scenarioParameters(s.Name), run.work(s.Work, s.leaseTTL()), options...)
 	}()
+	// The helper may return before the delayed Complete is made: it ends
+	// before the calls and the status are judged.
+	var problems []string
+	if err := beforeCompleted(); err != nil {
+		problems = append(problems, fmt.Sprintf("the before owner's delayed Complete failed: %v", err))
+	}
 	log := proxy.finish()
 	took := time.Since(started)
 	_, status := lookupOperation(ctx, direct, conformanceNamespace, key)
 
-	var problems []string
 	if want := s.Expect.Result; want != nil {
 		switch {
 		case runErr != nil:

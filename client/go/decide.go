@@ -28,8 +28,13 @@ const (
 	DefaultLeaseTTL = 30 * time.Second
 	// DefaultCallTimeout bounds one RPC.
 	DefaultCallTimeout = 10 * time.Second
-	// DefaultPollInterval: IN_PROGRESS is claimed again at least this often
-	// (the holder may finish before its lease ends).
+	// DefaultMaxClaimWait: each Claim asks the server to hold it for the rest
+	// of the deadline, at most this long, while the operation is IN_PROGRESS
+	// or RETRY_LATER; the server answers the moment the operation moves.
+	DefaultMaxClaimWait = 30 * time.Second
+	// DefaultPollInterval: against a server that does not wait, IN_PROGRESS is
+	// claimed again at least this often (the holder may finish before its
+	// lease ends).
 	DefaultPollInterval = time.Second
 
 	// Complete (and the Lookup that settles a Complete in doubt) gets this
@@ -51,6 +56,7 @@ type runSpec struct {
 	renewInterval  time.Duration // 0: leaseTTL / 3
 	deadline       time.Duration
 	callTimeout    time.Duration
+	maxClaimWait   time.Duration // 0: never ask the server to wait
 	pollInterval   time.Duration
 	retryPolicy    *opregv1.RetryPolicy
 	compensates    string
@@ -104,6 +110,24 @@ func retryInfoOf(err error) time.Duration {
 	return 0
 }
 
+// serverWait is how long a call sent with remaining time left before its
+// deadline asks the server to hold it: the rest of the deadline, at most
+// maxWait (a Claim's: maxClaimWait).
+func serverWait(maxWait, remaining time.Duration) time.Duration {
+	return max(min(remaining, maxWait), 0)
+}
+
+// attemptTimeout bounds one attempt of a call sent with remaining time left
+// before its deadline: the call timeout, cut to the time left. An attempt that
+// asks the server to wait gets the call timeout plus that wait: the server
+// may hold it that long before it even begins to answer.
+func attemptTimeout(spec *runSpec, remaining, serverWait time.Duration) time.Duration {
+	if serverWait > 0 {
+		return spec.callTimeout + serverWait
+	}
+	return min(spec.callTimeout, remaining)
+}
+
 // retryWait decides after a failed call: the wait before the next attempt, or
 // give up (retry false) when err is not transient or no time is left. A
 // patient call (Complete, and the Lookup that settles it: finished work must
@@ -130,7 +154,7 @@ type claimStep int
 
 const (
 	claimReturn  claimStep = iota // return result / err
-	claimWait                     // sleep wait, then claim again
+	claimWait                     // sleep wait (none after a server's wait), then claim again
 	claimExecute                  // run under the lease
 )
 
@@ -158,21 +182,19 @@ func decideClaimAnswer(spec *runSpec, resp *opregv1.ClaimResponse, remaining tim
 		// Not waited out: an operator froze it, and waiting would hide that.
 		return claimDecision{step: claimReturn, err: &HeldError{RetryAfter: resp.GetRetryAfter().AsDuration(), Operation: op}}
 	case opregv1.ClaimOutcome_CLAIM_OUTCOME_IN_PROGRESS, opregv1.ClaimOutcome_CLAIM_OUTCOME_RETRY_LATER:
-		// retry_after (IN_PROGRESS: at most the poll interval, the holder may
-		// finish sooner), plus a little jitter for callers told the same time.
-		after := spec.pollInterval
-		if resp.GetRetryAfter() != nil {
-			after = resp.GetRetryAfter().AsDuration()
+		// A server that waited held the call as long as it was allowed to and
+		// answers the moment the operation moves: claim again at once, with a
+		// new wait. One that does not wait is polled.
+		var wait time.Duration
+		next := fmt.Sprintf("the server waited %v", resp.GetWaited().AsDuration().Round(time.Millisecond))
+		if resp.GetWaited() == nil {
+			wait = pollWait(spec, resp, random)
+			next = fmt.Sprintf("next claim in %v", wait.Round(time.Millisecond))
 		}
-		if outcome == opregv1.ClaimOutcome_CLAIM_OUTCOME_IN_PROGRESS {
-			after = min(after, spec.pollInterval)
-		}
-		after = max(after, 0)
-		wait := after + 5*time.Millisecond + time.Duration(random*float64(min(after/5, time.Second)))
 		if wait >= remaining {
 			// Sleeping into the deadline would only delay the answer.
 			return claimDecision{step: claimReturn, err: &DeadlineExceededError{
-				What:        fmt.Sprintf("on %s/%s after %s (next claim in %v)", spec.namespace, spec.operationKey, outcomeName(outcome), wait.Round(time.Millisecond)),
+				What:        fmt.Sprintf("on %s/%s after %s (%s)", spec.namespace, spec.operationKey, outcomeName(outcome), next),
 				LastOutcome: outcome,
 				Operation:   op,
 				Cause:       lastErr,
@@ -187,6 +209,22 @@ func decideClaimAnswer(spec *runSpec, resp *opregv1.ClaimResponse, remaining tim
 	default:
 		return claimDecision{step: claimReturn, err: fmt.Errorf("opreg: unexpected Claim outcome %s", outcomeName(outcome))}
 	}
+}
+
+// pollWait is the wait before claiming an IN_PROGRESS or RETRY_LATER
+// operation again on a server that does not wait: retry_after (IN_PROGRESS: at
+// most the poll interval, the holder may finish sooner), plus a little jitter
+// for callers told the same time.
+func pollWait(spec *runSpec, resp *opregv1.ClaimResponse, random float64) time.Duration {
+	after := spec.pollInterval
+	if resp.GetRetryAfter() != nil {
+		after = resp.GetRetryAfter().AsDuration()
+	}
+	if resp.GetOutcome() == opregv1.ClaimOutcome_CLAIM_OUTCOME_IN_PROGRESS {
+		after = min(after, spec.pollInterval)
+	}
+	after = max(after, 0)
+	return after + 5*time.Millisecond + time.Duration(random*float64(min(after/5, time.Second)))
 }
 
 // replayed is the answer to REPLAYED: the stored result, or the stored failure.
@@ -449,6 +487,18 @@ func afterComplete(op *opregv1.Operation, rep *report, keep error, spec *runSpec
 // until sent + TTL − TTL/10 (the server's lease began no earlier).
 func trustedUntil(sent time.Time, ttl time.Duration) time.Time {
 	return sent.Add(ttl - ttl/10)
+}
+
+// claimLeaseStart is when a lease granted by Claim began at the earliest: the
+// send of the Claim's first attempt (a retry after a lost answer resumes the
+// lease that attempt was granted), plus the server's wait when the answer came
+// to that first attempt itself. An answer to a retry adds nothing: an earlier,
+// lost attempt may have been granted the lease after a shorter wait.
+func claimLeaseStart(firstSent time.Time, answeredFirst bool, waited time.Duration) time.Time {
+	if !answeredFirst {
+		return firstSent
+	}
+	return firstSent.Add(max(waited, 0))
 }
 
 // renewTimeout bounds one Renew by the call timeout and the lease's trust.

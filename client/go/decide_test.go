@@ -177,6 +177,32 @@ func TestTheLease(t *testing.T) {
 	if got := renewTimeout(sent, sent.Add(300*time.Millisecond), time.Second); got != 300*time.Millisecond {
 		t.Errorf("renew timeout %v", got)
 	}
+	if got := claimLeaseStart(sent, true, 1200*time.Millisecond); got != sent.Add(1200*time.Millisecond) {
+		t.Errorf("an answer to the first attempt: the lease began %v after its send", got.Sub(sent))
+	}
+	if got := claimLeaseStart(sent, false, 1200*time.Millisecond); got != sent {
+		t.Errorf("an answer to a retry: the lease began %v after the first send", got.Sub(sent))
+	}
+}
+
+// Each Claim asks the server to wait for the rest of the deadline, at most
+// maxClaimWait, and its timeout grows by that wait; a call that does not wait
+// keeps the call timeout, cut to the time left.
+func TestServerWait(t *testing.T) {
+	spec := testSpec()
+	for _, c := range []struct{ remaining, wait, timeout time.Duration }{
+		{time.Minute, 30 * time.Second, 31 * time.Second},
+		{800 * time.Millisecond, 800 * time.Millisecond, 1800 * time.Millisecond},
+		{-time.Millisecond, 0, -time.Millisecond},
+	} {
+		wait := serverWait(spec.maxClaimWait, c.remaining)
+		if timeout := attemptTimeout(spec, c.remaining, wait); wait != c.wait || timeout != c.timeout {
+			t.Errorf("%v left: wait %v, timeout %v; want %v, %v", c.remaining, wait, timeout, c.wait, c.timeout)
+		}
+	}
+	if wait := serverWait(0, time.Minute); wait != 0 || attemptTimeout(spec, 300*time.Millisecond, wait) != 300*time.Millisecond {
+		t.Errorf("a call that does not wait: wait %v", wait)
+	}
 }
 
 // retryWait is retryDelay (decisions.json) within a call's time: Claim gives

@@ -30,6 +30,7 @@ type decisionVectors struct {
 		BackoffInitialMS float64 `json:"backoff_initial_ms"`
 		BackoffMaxMS     float64 `json:"backoff_max_ms"`
 		PollIntervalMS   float64 `json:"poll_interval_ms"`
+		MaxClaimWaitMS   float64 `json:"max_claim_wait_ms"`
 	} `json:"settings"`
 	TransientError []struct {
 		Name   string      `json:"name"`
@@ -55,6 +56,7 @@ type decisionVectors struct {
 			} `json:"failure"`
 			Lease        bool     `json:"lease"`
 			RetryAfterMS *float64 `json:"retry_after_ms"`
+			WaitedMS     *float64 `json:"waited_ms"` // absent: a server that does not wait
 			RemoteRef    string   `json:"remote_ref"`
 		} `json:"answer"`
 		RemainingMS *float64 `json:"remaining_ms"`
@@ -199,6 +201,10 @@ func TestDecisions(t *testing.T) {
 	spec.backoffInitial = millis(vectors.Settings.BackoffInitialMS)
 	spec.backoffMax = millis(vectors.Settings.BackoffMaxMS)
 	spec.pollInterval = millis(vectors.Settings.PollIntervalMS)
+	spec.maxClaimWait = millis(vectors.Settings.MaxClaimWaitMS)
+	if spec.maxClaimWait != DefaultMaxClaimWait {
+		t.Errorf("DefaultMaxClaimWait is %v, the protocol's %v", DefaultMaxClaimWait, spec.maxClaimWait)
+	}
 
 	t.Run("transient_error", func(t *testing.T) {
 		for _, v := range vectors.TransientError {
@@ -243,6 +249,9 @@ func TestDecisions(t *testing.T) {
 				}
 				if answer.RetryAfterMS != nil {
 					resp.RetryAfter = durationpb.New(millis(*answer.RetryAfterMS))
+				}
+				if answer.WaitedMS != nil {
+					resp.Waited = durationpb.New(millis(*answer.WaitedMS))
 				}
 				remaining := spec.deadline // a first Claim: the whole deadline
 				if v.RemainingMS != nil {

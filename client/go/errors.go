@@ -103,7 +103,8 @@ func (e *RPCError) Meta(key opregv1.ErrorMetadataKey) string {
 // Transient reports whether the helpers retry the error: UNAVAILABLE (the
 // transport, STORE_UNAVAILABLE, OPERATION_BUSY, OVERLOADED), DEADLINE_EXCEEDED,
 // the CANCELLED "Timeout expired" a server's own timer answers, and
-// RESOURCE_EXHAUSTED with reason RATE_LIMITED (not MESSAGE_TOO_LARGE).
+// RESOURCE_EXHAUSTED with reason RATE_LIMITED or TOO_MANY_WAITERS (not
+// MESSAGE_TOO_LARGE).
 func (e *RPCError) Transient() bool {
 	switch e.Code {
 	case codes.Unavailable, codes.DeadlineExceeded:
@@ -111,7 +112,8 @@ func (e *RPCError) Transient() bool {
 	case codes.Canceled:
 		return e.Message == serverTimeoutMessage
 	case codes.ResourceExhausted:
-		return e.Reason == opregv1.ErrorReason_ERROR_REASON_RATE_LIMITED
+		return e.Reason == opregv1.ErrorReason_ERROR_REASON_RATE_LIMITED ||
+			e.Reason == opregv1.ErrorReason_ERROR_REASON_TOO_MANY_WAITERS
 	}
 	return false
 }
@@ -134,6 +136,9 @@ type (
 	// ParameterConflictError: ALREADY_EXISTS/PARAMETER_CONFLICT: the key is
 	// registered with other parameters (or another compensates). Never retry it.
 	ParameterConflictError struct{ *RPCError }
+	// OperationExistsError: ALREADY_EXISTS/OPERATION_EXISTS: a Claim with
+	// REUSE_POLICY_REJECT_EXISTING found the key registered. Not transient.
+	OperationExistsError struct{ *RPCError }
 	// StaleFencingTokenError: ABORTED/STALE_FENCING_TOKEN: another execution
 	// holds a newer token. Stop writing.
 	StaleFencingTokenError struct{ *RPCError }
@@ -172,6 +177,9 @@ type (
 	// RateLimitedError: RESOURCE_EXHAUSTED/RATE_LIMITED: the namespace is past
 	// its calls per second. Transient.
 	RateLimitedError struct{ *RPCError }
+	// TooManyWaitersError: RESOURCE_EXHAUSTED/TOO_MANY_WAITERS: the replica
+	// holds as many waiting calls as it allows. Transient (after RetryDelay).
+	TooManyWaitersError struct{ *RPCError }
 	// InternalError: INTERNAL: a fault of the server.
 	InternalError struct{ *RPCError }
 )
@@ -179,6 +187,7 @@ type (
 func (e *InvalidArgumentError) Unwrap() error        { return e.RPCError }
 func (e *MessageTooLargeError) Unwrap() error        { return e.RPCError }
 func (e *ParameterConflictError) Unwrap() error      { return e.RPCError }
+func (e *OperationExistsError) Unwrap() error        { return e.RPCError }
 func (e *StaleFencingTokenError) Unwrap() error      { return e.RPCError }
 func (e *AlreadyCompletedError) Unwrap() error       { return e.RPCError }
 func (e *LeaseNotHeldError) Unwrap() error           { return e.RPCError }
@@ -193,6 +202,7 @@ func (e *ResourceNotFoundError) Unwrap() error       { return e.RPCError }
 func (e *UnavailableError) Unwrap() error            { return e.RPCError }
 func (e *OperationBusyError) Unwrap() error          { return e.RPCError }
 func (e *RateLimitedError) Unwrap() error            { return e.RPCError }
+func (e *TooManyWaitersError) Unwrap() error         { return e.RPCError }
 func (e *InternalError) Unwrap() error               { return e.RPCError }
 
 // Limit is the largest request (bytes) the method accepts; ok false if not said.
@@ -255,6 +265,18 @@ func (e *AlreadyCompensatedError) CompensatedBy() string {
 // CurrentStatus is the operation's status when the action was refused; ok
 // false when the server named none this client knows.
 func (e *InvalidTransitionError) CurrentStatus() (opregv1.OperationStatus, bool) {
+	return e.currentStatus()
+}
+
+// CurrentStatus is the status of the operation registered under the key; ok
+// false when the server named none this client knows.
+func (e *OperationExistsError) CurrentStatus() (opregv1.OperationStatus, bool) {
+	return e.currentStatus()
+}
+
+// currentStatus reads the currentStatus metadata, with or without its
+// OPERATION_STATUS_ prefix.
+func (e *RPCError) currentStatus() (opregv1.OperationStatus, bool) {
 	name := e.Meta(opregv1.ErrorMetadataKey_ERROR_METADATA_KEY_CURRENT_STATUS)
 	for _, candidate := range []string{name, "OPERATION_STATUS_" + name} {
 		if value, ok := opregv1.OperationStatus_value[candidate]; ok && name != "" {
@@ -293,6 +315,11 @@ func (e *PermissionDeniedError) Role() string {
 // CallsPerSecond is the namespace's limit.
 func (e *RateLimitedError) CallsPerSecond() (uint64, bool) {
 	return parseUint(e.Meta(opregv1.ErrorMetadataKey_ERROR_METADATA_KEY_CALLS_PER_SECOND))
+}
+
+// Limit is the replica's limit of waiting calls; ok false if not said.
+func (e *TooManyWaitersError) Limit() (limit uint64, ok bool) {
+	return parseUint(e.Meta(opregv1.ErrorMetadataKey_ERROR_METADATA_KEY_LIMIT))
 }
 
 // IsNotFound reports whether err is OPERATION_NOT_FOUND, RESOURCE_NOT_FOUND or
@@ -421,6 +448,10 @@ func typed(e *RPCError) error {
 		return &UnavailableError{e}
 	case opregv1.ErrorReason_ERROR_REASON_INTERNAL:
 		return &InternalError{e}
+	case opregv1.ErrorReason_ERROR_REASON_OPERATION_EXISTS:
+		return &OperationExistsError{e}
+	case opregv1.ErrorReason_ERROR_REASON_TOO_MANY_WAITERS:
+		return &TooManyWaitersError{e}
 	}
 	return byCode(e)
 }

@@ -38,6 +38,8 @@ var codeOfReason = map[opregv1.ErrorReason]codes.Code{
 	opregv1.ErrorReason_ERROR_REASON_RATE_LIMITED:             codes.ResourceExhausted,
 	opregv1.ErrorReason_ERROR_REASON_DEADLINE_EXCEEDED:        codes.DeadlineExceeded,
 	opregv1.ErrorReason_ERROR_REASON_INTERNAL:                 codes.Internal,
+	opregv1.ErrorReason_ERROR_REASON_OPERATION_EXISTS:         codes.AlreadyExists,
+	opregv1.ErrorReason_ERROR_REASON_TOO_MANY_WAITERS:         codes.ResourceExhausted,
 }
 
 // The transient reasons (PROTOCOL.md, "Transient errors").
@@ -47,6 +49,7 @@ var transientReasons = map[opregv1.ErrorReason]bool{
 	opregv1.ErrorReason_ERROR_REASON_OVERLOADED:        true,
 	opregv1.ErrorReason_ERROR_REASON_RATE_LIMITED:      true,
 	opregv1.ErrorReason_ERROR_REASON_DEADLINE_EXCEEDED: true,
+	opregv1.ErrorReason_ERROR_REASON_TOO_MANY_WAITERS:  true,
 }
 
 func opregStatus(code codes.Code, reason string, metadata map[string]string, extra ...*errdetails.RetryInfo) error {
@@ -244,6 +247,8 @@ func TestTransientErrors(t *testing.T) {
 		{"the server's Timeout expired", status.Error(codes.Canceled, "Timeout expired"), true},
 		{"a CANCELLED the caller caused", status.Error(codes.Canceled, "context canceled"), false},
 		{"RATE_LIMITED", opregStatus(codes.ResourceExhausted, "RATE_LIMITED", nil, retry), true},
+		{"TOO_MANY_WAITERS", opregStatus(codes.ResourceExhausted, "TOO_MANY_WAITERS", map[string]string{"limit": "10000"}, retry), true},
+		{"OPERATION_EXISTS", opregStatus(codes.AlreadyExists, "OPERATION_EXISTS", map[string]string{"currentStatus": "IN_PROGRESS"}), false},
 		{"MESSAGE_TOO_LARGE", opregStatus(codes.ResourceExhausted, "MESSAGE_TOO_LARGE", nil), false},
 		{"RESOURCE_EXHAUSTED without a reason", status.Error(codes.ResourceExhausted, "grpc limit"), false},
 		{"OPERATION_BUSY", opregStatus(codes.Unavailable, "OPERATION_BUSY", nil, retry), true},
@@ -261,8 +266,20 @@ func TestTransientErrors(t *testing.T) {
 	if err := opreg.FromError(cases[4].err); !errors.As(err, &rate) || rate.RetryDelay != 250*time.Millisecond {
 		t.Errorf("RATE_LIMITED: %T, retry delay %v", err, rate)
 	}
+	var waiters *opreg.TooManyWaitersError
+	if err := opreg.FromError(cases[5].err); !errors.As(err, &waiters) || waiters.RetryDelay != 250*time.Millisecond {
+		t.Errorf("TOO_MANY_WAITERS: %T, retry delay %v", err, waiters)
+	} else if limit, ok := waiters.Limit(); !ok || limit != 10000 {
+		t.Errorf("TOO_MANY_WAITERS: Limit() = %v, %v", limit, ok)
+	}
+	var exists *opreg.OperationExistsError
+	if err := opreg.FromError(cases[6].err); !errors.As(err, &exists) {
+		t.Errorf("OPERATION_EXISTS: %T", err)
+	} else if current, ok := exists.CurrentStatus(); !ok || current != opregv1.OperationStatus_OPERATION_STATUS_IN_PROGRESS {
+		t.Errorf("OPERATION_EXISTS: CurrentStatus() = %v, %v", current, ok)
+	}
 	var unknownReason *opreg.UnavailableError
-	if err := opreg.FromError(cases[9].err); !errors.As(err, &unknownReason) || unknownReason.ReasonText != "SOMETHING_NEW" {
+	if err := opreg.FromError(cases[11].err); !errors.As(err, &unknownReason) || unknownReason.ReasonText != "SOMETHING_NEW" {
 		t.Errorf("an unknown reason is typed by its code: %T", err)
 	}
 }

@@ -114,8 +114,15 @@ func WithCallTimeout(timeout time.Duration) RunOption {
 	return func(s *runSpec) { s.callTimeout = timeout }
 }
 
-// WithPollInterval: an operation another execution holds is claimed again at
-// least this often (default 1 s).
+// WithMaxClaimWait is the longest each Claim asks the server to hold it while
+// the operation is IN_PROGRESS or RETRY_LATER (default 30 s; the rest of the
+// deadline when shorter). 0: never ask, and poll instead.
+func WithMaxClaimWait(wait time.Duration) RunOption {
+	return func(s *runSpec) { s.maxClaimWait = wait }
+}
+
+// WithPollInterval: against a server that does not wait, an operation another
+// execution holds is claimed again at least this often (default 1 s).
 func WithPollInterval(every time.Duration) RunOption {
 	return func(s *runSpec) { s.pollInterval = every }
 }
@@ -154,6 +161,7 @@ func newRunSpec(namespace, key string, options []RunOption) *runSpec {
 		leaseTTL:       DefaultLeaseTTL,
 		deadline:       DefaultDeadline,
 		callTimeout:    DefaultCallTimeout,
+		maxClaimWait:   DefaultMaxClaimWait,
 		pollInterval:   DefaultPollInterval,
 		backoffInitial: defaultBackoffInitial,
 		backoffMax:     defaultBackoffMax,
@@ -183,10 +191,12 @@ func DefaultOwner() string {
 // (namespace, key), by the run-once protocol (client/PROTOCOL.md):
 //
 //   - REPLAYED returns the stored [Result] (Replayed true) or the stored
-//     [*BusinessFailureError]; IN_PROGRESS and RETRY_LATER wait and claim
-//     again within the deadline (else [*DeadlineExceededError]); DEAD returns
-//     [*DeadError], HELD [*HeldError]; RECONCILE calls the reconcile callback
-//     ([WithReconcile]; without one: [*ReconcileRequiredError]).
+//     [*BusinessFailureError]; IN_PROGRESS and RETRY_LATER wait (each Claim
+//     asks the server to hold it until the operation moves; a server that
+//     does not wait is polled) and claim again within the deadline (else
+//     [*DeadlineExceededError]); DEAD returns [*DeadError], HELD
+//     [*HeldError]; RECONCILE calls the reconcile callback ([WithReconcile];
+//     without one: [*ReconcileRequiredError]).
 //   - While work runs its lease is renewed (every TTL/3); when a renewal is
 //     refused, or none succeeded before the lease's local expiry, work's ctx
 //     is cancelled and [*LeaseLostError] returned, with no Complete.
@@ -216,13 +226,15 @@ func (c *Client) RunOnce(ctx context.Context, namespace, key string, parameters 
 	var lastErr error
 	for {
 		var sent time.Time
-		resp, err := retryCall(ctx, spec, until, "Claim", false, func(callCtx context.Context, first bool) (*opregv1.ClaimResponse, error) {
-			if first {
+		var answeredFirst bool
+		resp, err := retryCall(ctx, spec, until, "Claim", false, spec.maxClaimWait, func(callCtx context.Context, try callAttempt) (*opregv1.ClaimResponse, error) {
+			if try.first {
 				// A Claim whose answer was lost is resumed by the next one: the
 				// lease is measured from the first send.
 				sent = time.Now()
 			}
-			return c.Claim(callCtx, spec.claimRequest())
+			answeredFirst = try.first // once retryCall returns, the attempt it answered
+			return c.Claim(callCtx, spec.claimRequest(try.serverWait))
 		})
 		var deadline *DeadlineExceededError
 		if errors.As(err, &deadline) && deadline.Cause == nil {
@@ -245,7 +257,7 @@ func (c *Client) RunOnce(ctx context.Context, namespace, key string, parameters 
 			lease:       resp.GetLease(),
 			operation:   resp.GetOperation(),
 			reconciling: decision.reconcile,
-			sent:        sent,
+			sent:        claimLeaseStart(sent, answeredFirst, resp.GetWaited().AsDuration()),
 			until:       until,
 		}, work)
 		if !executed.again {
@@ -255,7 +267,8 @@ func (c *Client) RunOnce(ctx context.Context, namespace, key string, parameters 
 	}
 }
 
-func (s *runSpec) claimRequest() *opregv1.ClaimRequest {
+// claimRequest is the Claim to send, asking the server to wait that long (0: not at all).
+func (s *runSpec) claimRequest(wait time.Duration) *opregv1.ClaimRequest {
 	req := &opregv1.ClaimRequest{
 		Namespace:    s.namespace,
 		OperationKey: s.operationKey,
@@ -274,6 +287,9 @@ func (s *runSpec) claimRequest() *opregv1.ClaimRequest {
 		}
 		req.Fingerprint = &opregv1.ClaimRequest_Parameters{Parameters: parameters}
 	}
+	if wait > 0 {
+		req.Wait = durationpb.New(wait)
+	}
 	return req
 }
 
@@ -282,7 +298,7 @@ type attempt struct {
 	lease       *opregv1.Lease
 	operation   *opregv1.Operation
 	reconciling bool
-	sent        time.Time // when the call that granted the lease was (first) sent
+	sent        time.Time // when the lease began at the earliest (claimLeaseStart; for ClaimDue its send)
 	until       time.Time // the overall deadline (zero for the worker's operations)
 }
 
@@ -373,7 +389,7 @@ func (c *Client) completeReport(ctx context.Context, spec *runSpec, lease *Lease
 	if until.After(own) {
 		own = until
 	}
-	resp, err := retryCall(ctx, spec, own, "Complete", true, func(callCtx context.Context, _ bool) (*opregv1.CompleteResponse, error) {
+	resp, err := retryCall(ctx, spec, own, "Complete", true, 0, func(callCtx context.Context, _ callAttempt) (*opregv1.CompleteResponse, error) {
 		return c.Complete(callCtx, req)
 	})
 	if err == nil {
@@ -389,7 +405,7 @@ func (c *Client) completeReport(ctx context.Context, spec *runSpec, lease *Lease
 		return nil, err
 	}
 	lookupUntil := time.Now().Add(completeCallTimeouts * spec.callTimeout)
-	found, lookupErr := retryCall(ctx, spec, lookupUntil, "Lookup after Complete", true, func(callCtx context.Context, _ bool) (*opregv1.LookupResponse, error) {
+	found, lookupErr := retryCall(ctx, spec, lookupUntil, "Lookup after Complete", true, 0, func(callCtx context.Context, _ callAttempt) (*opregv1.LookupResponse, error) {
 		return c.Lookup(callCtx, &opregv1.LookupRequest{Namespace: lease.Namespace(), OperationKey: lease.OperationKey(), IncludeExecutions: true})
 	})
 	if lookupErr != nil {
@@ -405,11 +421,18 @@ func (c *Client) completeReport(ctx context.Context, spec *runSpec, lease *Lease
 	return op, settleErr
 }
 
+// callAttempt is one attempt of a call retryCall makes.
+type callAttempt struct {
+	first      bool          // the first attempt
+	serverWait time.Duration // how long to ask the server to wait (0: not at all)
+}
+
 // retryCall makes call until it answers, a non-transient error comes back, or
 // until passes (then a *DeadlineExceededError whose cause is the last error);
-// see retryWait for patient. Each attempt is bounded by the call timeout and
-// the time left.
-func retryCall[T any](ctx context.Context, spec *runSpec, until time.Time, what string, patient bool, call func(ctx context.Context, first bool) (T, error)) (T, error) {
+// see retryWait for patient. Each attempt asks the server to wait for the time
+// left, at most maxServerWait (0: a call that does not wait), and is bounded
+// by attemptTimeout.
+func retryCall[T any](ctx context.Context, spec *runSpec, until time.Time, what string, patient bool, maxServerWait time.Duration, call func(ctx context.Context, try callAttempt) (T, error)) (T, error) {
 	var zero T
 	var last error
 	for attempt := 0; ; attempt++ {
@@ -417,8 +440,9 @@ func retryCall[T any](ctx context.Context, spec *runSpec, until time.Time, what 
 		if remaining <= 0 {
 			return zero, &DeadlineExceededError{What: fmt.Sprintf("before %s succeeded on %s/%s", what, spec.namespace, spec.operationKey), Cause: last}
 		}
-		callCtx, cancel := context.WithTimeout(ctx, min(spec.callTimeout, remaining))
-		value, err := call(callCtx, attempt == 0)
+		wait := serverWait(maxServerWait, remaining)
+		callCtx, cancel := context.WithTimeout(ctx, attemptTimeout(spec, remaining, wait))
+		value, err := call(callCtx, callAttempt{first: attempt == 0, serverWait: wait})
 		cancel()
 		if err == nil {
 			return value, nil

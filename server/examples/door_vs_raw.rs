@@ -21,11 +21,11 @@
 //! every live child, from /proc: the database must be local) and of this
 //! process (the door's own code runs here).
 
-use std::path::PathBuf;
+mod support;
+
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use opreg_embedded::{EmbeddedOptions, EmbeddedPostgres};
 use opreg_proto::parameters::Fingerprint;
 use opreg_proto::v1 as pb;
 use opreg_server::config::Config;
@@ -83,28 +83,9 @@ struct Spent {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    // The embedded cluster stops with the thread that started it: this one.
-    let scratch = std::env::temp_dir().join(format!("opreg-door-vs-raw-{}", std::process::id()));
-    let embedded = match &args.database_url {
-        Some(_) => None,
-        None => Some(EmbeddedPostgres::start(&EmbeddedOptions {
-            root: scratch.clone(),
-            bin_dir: None,
-            ephemeral: false,
-        })?),
-    };
-    let options: PgConnectOptions = match (&args.database_url, &embedded) {
-        (Some(url), _) => url.parse()?,
-        (None, Some(cluster)) => cluster.connect_options("postgres"),
-        (None, None) => unreachable!("a cluster was started without a URL"),
-    };
-    let outcome = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(compare(&args, options));
-    drop(embedded);
-    let _ = std::fs::remove_dir_all(&scratch);
-    outcome
+    support::with_database("door-vs-raw", args.database_url.as_deref(), |options| {
+        compare(&args, options)
+    })
 }
 
 async fn compare(args: &Args, options: PgConnectOptions) -> Result<(), Box<dyn std::error::Error>> {
@@ -123,22 +104,22 @@ async fn compare(args: &Args, options: PgConnectOptions) -> Result<(), Box<dyn s
     sqlx::raw_sql("ANALYZE").execute(&warming).await?;
     warming.close().await;
     let pool = pool_of(&options, args.concurrency).await?;
-    let postmaster = postmaster_of(&pool).await?;
+    let postmaster = support::postmaster_of(&pool).await?;
     let mut spent = [Spent::default(), Spent::default(), Spent::default()];
     let first = Path::ALL.len();
     for number in first..first + ROUNDS_PER_PATH * Path::ALL.len() {
         let path = Path::ALL[number % Path::ALL.len()];
         let before = (
-            postgres_seconds(postmaster)?,
-            own_seconds()?,
+            support::postgres_seconds(postmaster)?,
+            support::own_seconds()?,
             Instant::now(),
         );
         let transactions = run_round(&pool, &door, path, number, args.concurrency, round).await?;
         let total = &mut spent[number % Path::ALL.len()];
         total.transactions += transactions;
         total.wall += before.2.elapsed();
-        total.postgres_seconds += postgres_seconds(postmaster)? - before.0;
-        total.own_seconds += own_seconds()? - before.1;
+        total.postgres_seconds += support::postgres_seconds(postmaster)? - before.0;
+        total.own_seconds += support::own_seconds()? - before.1;
     }
     report(args, &spent);
     Ok(())
@@ -358,64 +339,4 @@ fn report(args: &Args, spent: &[Spent; 3]) {
             sum / sums[0].max(f64::MIN_POSITIVE)
         );
     }
-}
-
-/// The postmaster: the parent of this pool's backends.
-async fn postmaster_of(pool: &PgPool) -> Result<u32, Box<dyn std::error::Error>> {
-    let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(pool)
-        .await?;
-    let fields = stat_fields(u32::try_from(backend)?)?;
-    Ok(fields[1].parse()?)
-}
-
-/// Linux's USER_HZ: the unit of the times in /proc/PID/stat.
-const TICKS_PER_SECOND: f64 = 100.0;
-
-/// The fields of /proc/PID/stat after the command name (state first).
-fn stat_fields(pid: u32) -> std::io::Result<Vec<String>> {
-    let text = std::fs::read_to_string(PathBuf::from(format!("/proc/{pid}/stat")))?;
-    let after_name = text.rfind(')').map_or(0, |end| end + 2);
-    Ok(text[after_name..]
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect())
-}
-
-fn seconds_of(fields: &[String], at: usize) -> f64 {
-    fields
-        .get(at)
-        .and_then(|f| f.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / TICKS_PER_SECOND
-}
-
-/// User plus system time of a process from its stat fields (utime, stime).
-fn own_of(fields: &[String]) -> f64 {
-    seconds_of(fields, 11) + seconds_of(fields, 12)
-}
-
-fn own_seconds() -> std::io::Result<f64> {
-    Ok(own_of(&stat_fields(std::process::id())?))
-}
-
-/// The postmaster, its reaped children and every live child.
-fn postgres_seconds(postmaster: u32) -> std::io::Result<f64> {
-    let fields = stat_fields(postmaster)?;
-    let mut total = own_of(&fields) + seconds_of(&fields, 13) + seconds_of(&fields, 14);
-    for entry in std::fs::read_dir("/proc")?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|name| name.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if let Ok(child) = stat_fields(pid)
-            && child.get(1).map(String::as_str) == Some(postmaster.to_string().as_str())
-        {
-            total += own_of(&child);
-        }
-    }
-    Ok(total)
 }

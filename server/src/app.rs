@@ -94,6 +94,7 @@ impl Application {
             config.database.gather_settings(),
             config.database.replay_settings(),
             config.lifecycle.maintenance_settings().retention,
+            config.limits.wait_settings(),
         );
         let session_options = match config.database.session_database()? {
             Some(options) => store::session_options(options),
@@ -159,10 +160,11 @@ impl Application {
             self.hangups,
             reload::POLL_INTERVAL,
         )));
+        let waiting = self.registry.clone();
         let _follower = AbortOnDrop(tokio::spawn({
             let registry = self.registry.clone();
             let options = self.session_options.clone();
-            async move { registry.follow_replay_changes(options).await }
+            async move { registry.follow_changes(options).await }
         }));
         let maintainer = AbortOnDrop(tokio::spawn(maintenance::run_forever(
             self.session_options,
@@ -186,6 +188,11 @@ impl Application {
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1alpha()?;
 
+        let shutdown = async move {
+            shutdown.await;
+            // Waiting calls answer now rather than hold up the drain.
+            waiting.stop_waiting();
+        };
         let draining = drain_after(shutdown, prober, health, self.shutdown_delay, stop);
         let incoming = Incoming::new(self.grpc_listener, self.connection_limits, self.tls);
         tonic::transport::Server::builder()

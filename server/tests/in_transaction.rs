@@ -251,6 +251,33 @@ async fn bad_input_is_refused_with_the_contracts_error_and_writes_nothing() {
         matches!(refused, RegistryError::InvalidArgument(_)),
         "{refused:?}"
     );
+    // A wait would hold the caller's locks: refused, not ignored.
+    let waiting = pb::ClaimRequest {
+        wait: Some(prost_types::Duration {
+            seconds: 5,
+            nanos: 0,
+        }),
+        ..debit_claim("bad-input", "lab", 30)
+    };
+    let refused = door.claim(&mut tx, waiting).await.unwrap_err();
+    assert!(
+        matches!(&refused, RegistryError::InvalidArgument(fields) if fields[0].field == "wait"),
+        "{refused:?}"
+    );
+    let waiting = pb::LookupRequest {
+        namespace: NS.into(),
+        operation_key: "bad-input".into(),
+        wait: Some(prost_types::Duration {
+            seconds: 5,
+            nanos: 0,
+        }),
+        ..Default::default()
+    };
+    let refused = door.lookup(&mut tx, waiting).await.unwrap_err();
+    assert!(
+        matches!(&refused, RegistryError::InvalidArgument(fields) if fields[0].field == "wait"),
+        "{refused:?}"
+    );
     // The transaction is still usable: nothing was sent for the refusals.
     tx.commit().await.unwrap();
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM operations")

@@ -107,6 +107,13 @@ enum Command {
         /// Include the stored parameters (when they were given as JSON).
         #[arg(long)]
         parameters: bool,
+        /// Wait up to this long for the status to change (from the one it has
+        /// now, or from --changed-from); --timeout is extended by it.
+        #[arg(long, value_parser = humantime_duration)]
+        wait: Option<Duration>,
+        /// With --wait: the status you know, e.g. IN_PROGRESS.
+        #[arg(long, requires = "wait", value_parser = operation_status)]
+        changed_from: Option<pb::OperationStatus>,
     },
     /// Register an operation, or learn what to do about an existing one.
     ///
@@ -120,6 +127,8 @@ enum Command {
     ///   DEAD         the retry budget is exhausted; a human must decide.
     ///   HELD         an operator froze it while investigating; wait or ask them.
     /// The same key with different parameters fails with a conflict (exit 4).
+    /// With --wait the server holds the call while the answer would be
+    /// IN_PROGRESS or RETRY_LATER, and answers as soon as the operation moves.
     #[command(verbatim_doc_comment)]
     Claim(ClaimArgs),
     /// Record the outcome of the execution holding a fencing token.
@@ -297,6 +306,18 @@ impl From<&FailureArgs> for pb::Failure {
     }
 }
 
+impl Command {
+    /// How long the call may wait on the server, beyond its --timeout.
+    fn wait(&self) -> Duration {
+        match self {
+            Command::Claim(ClaimArgs { wait, .. }) | Command::Lookup { wait, .. } => {
+                wait.unwrap_or_default()
+            }
+            _ => Duration::ZERO,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 struct ClaimArgs {
     /// The operation's stable business key, e.g. settlement:A:W:V.
@@ -318,6 +339,41 @@ struct ClaimArgs {
     /// Key of the succeeded operation this one compensates.
     #[arg(long, default_value = "")]
     compensates: String,
+    /// Wait up to this long for an answer you can act on instead of
+    /// IN_PROGRESS or RETRY_LATER; --timeout is extended by it.
+    #[arg(long, value_parser = humantime_duration)]
+    wait: Option<Duration>,
+    /// What an existing key allows: replay (the default), after-failure (a
+    /// FAILED or DEAD operation runs again) or reject-existing (exit 4 when
+    /// the key exists).
+    #[arg(long, value_enum, default_value_t = Reuse::Replay)]
+    reuse: Reuse,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Reuse {
+    Replay,
+    AfterFailure,
+    RejectExisting,
+}
+
+impl From<Reuse> for pb::ReusePolicy {
+    fn from(reuse: Reuse) -> Self {
+        match reuse {
+            Reuse::Replay => pb::ReusePolicy::Replay,
+            Reuse::AfterFailure => pb::ReusePolicy::AfterFailure,
+            Reuse::RejectExisting => pb::ReusePolicy::RejectExisting,
+        }
+    }
+}
+
+/// A status by its name, with or without the `OPERATION_STATUS_` prefix.
+fn operation_status(text: &str) -> Result<pb::OperationStatus, String> {
+    let name = text.to_ascii_uppercase();
+    let name = name.strip_prefix("OPERATION_STATUS_").unwrap_or(&name);
+    pb::OperationStatus::from_str_name(&format!("OPERATION_STATUS_{name}"))
+        .filter(|status| *status != pb::OperationStatus::Unspecified)
+        .ok_or_else(|| format!("{text:?} is not an operation status"))
 }
 
 #[derive(Debug, Subcommand)]
@@ -378,7 +434,8 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let called = tokio::time::timeout(cli.timeout, run(&cli, &client, &output)).await;
+    let within = cli.timeout + cli.command.wait();
+    let called = tokio::time::timeout(within, run(&cli, &client, &output)).await;
     match called {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(error)) => {
@@ -386,7 +443,7 @@ async fn main() -> ExitCode {
             ExitCode::from(exit_code(&error))
         }
         Err(_) => {
-            eprintln!("opreg: no answer within {:?}", cli.timeout);
+            eprintln!("opreg: no answer within {within:?}");
             ExitCode::from(6)
         }
     }
@@ -417,6 +474,8 @@ async fn run(cli: &Cli, client: &Client, output: &Output) -> Result<(), Error> {
             executions,
             audit,
             parameters,
+            wait,
+            changed_from,
         } => {
             let found = client
                 .lookup(pb::LookupRequest {
@@ -425,6 +484,8 @@ async fn run(cli: &Cli, client: &Client, output: &Output) -> Result<(), Error> {
                     include_executions: *executions,
                     include_parameters: *parameters,
                     include_audit: *audit,
+                    wait: wait.map(proto_duration),
+                    changed_from: changed_from.unwrap_or_default().into(),
                 })
                 .await?;
             output.lookup(&found);
@@ -638,6 +699,8 @@ fn claim_request(namespace: String, args: &ClaimArgs) -> Result<pb::ClaimRequest
         lease_ttl: args.lease_ttl.map(proto_duration),
         retry_policy: None,
         compensates: args.compensates.clone(),
+        wait: args.wait.map(proto_duration),
+        reuse: pb::ReusePolicy::from(args.reuse).into(),
     })
 }
 
@@ -690,11 +753,12 @@ fn exit_code(error: &Error) -> u8 {
     match error {
         Error::NotFound { .. } => 3,
         Error::ParameterConflict { .. }
+        | Error::OperationExists { .. }
         | Error::AlreadyCompleted
         | Error::Compensation { .. }
         | Error::InvalidTransition { .. } => 4,
         Error::StaleFencingToken { .. } | Error::LeaseNotHeld => 5,
-        Error::Unavailable { .. } | Error::RateLimited { .. } => 6,
+        Error::Unavailable { .. } | Error::RateLimited { .. } | Error::TooManyWaiters { .. } => 6,
         Error::InvalidArgument { .. } | Error::MessageTooLarge { .. } => 2,
         Error::Unauthenticated { .. } | Error::PermissionDenied { .. } => 7,
         Error::Other(_) => 1,

@@ -20,7 +20,10 @@ impl Output {
             value["lease"] = lease_json(lease);
         }
         if let Some(wait) = &claimed.retry_after {
-            value["retry_after"] = json!(format!("{}.{:09}s", wait.seconds, wait.nanos));
+            value["retry_after"] = seconds(wait);
+        }
+        if let Some(waited) = &claimed.waited {
+            value["waited"] = seconds(waited);
         }
         value["operation"] = operation_json(&claimed.operation.clone().unwrap_or_default());
         self.print(value);
@@ -34,6 +37,9 @@ impl Output {
         }
         if !found.audit.is_empty() {
             value["audit"] = Value::Array(found.audit.iter().map(audit_json).collect());
+        }
+        if let Some(waited) = &found.waited {
+            value["waited"] = seconds(waited);
         }
         self.print(value);
     }
@@ -282,4 +288,9 @@ fn flatten_object(prefix: &str, members: &Map<String, Value>, rows: &mut Vec<(St
         };
         flatten(&path, member, rows);
     }
+}
+
+/// A duration as `<seconds>.<nanoseconds>s`.
+fn seconds(duration: &prost_types::Duration) -> Value {
+    json!(format!("{}.{:09}s", duration.seconds, duration.nanos))
 }

@@ -54,6 +54,23 @@ expect 0 "lookup with the audit trail and parameters" lookup d --audit --paramet
 audit=$("$opreg" lookup d --audit -o json)
 if echo "$audit" | grep -q '"action": "RESOLVE"'; then echo "ok   the audit trail shows the resolution"; else echo "FAIL audit: $audit"; failures=$((failures + 1)); fi
 
+# Waiting and reuse.
+expect 0 "claim a third operation with a 1 s lease" claim w --owner a --params '{"n":2}' --lease-ttl 1s
+waited=$("$opreg" claim w --owner b --params '{"n":2}' --wait 20s -o json)
+if echo "$waited" | grep -q '"outcome": "ACQUIRED"' && echo "$waited" | grep -q '"waited"'; then
+  echo "ok   claim --wait is answered when the lease lapses"
+else
+  echo "FAIL claim --wait: $waited"; failures=$((failures + 1))
+fi
+expect 0 "lookup --wait ends with its wait" lookup w --wait 1s --changed-from in_progress
+expect 2 "an unknown status is a usage error" lookup w --wait 1s --changed-from nowhere
+expect 4 "reject-existing refuses a taken key" claim k --owner z --params '{"amount":100}' --reuse reject-existing
+expect 0 "register a fourth operation" claim f --owner a --params '{"n":3}'
+ftoken=$("$opreg" lookup f -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["lease"]["fencing_token"])')
+expect 0 "it fails" complete f --token "$ftoken" failure DECLINED
+again=$("$opreg" claim f --owner b --params '{"n":3}' --reuse after-failure -o json)
+if echo "$again" | grep -q '"outcome": "ACQUIRED"'; then echo "ok   after-failure runs it again"; else echo "FAIL after-failure: $again"; failures=$((failures + 1)); fi
+
 if ((failures)); then
   echo "cli: $failures check(s) failed"
   exit 1

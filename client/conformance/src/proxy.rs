@@ -134,6 +134,31 @@ impl Described for pb::ClaimDueResponse {
 impl Described for pb::BatchClaimResponse {}
 impl Described for pb::BatchCompleteResponse {}
 
+/// A request the `without_waiting` rule can strip of its server wait.
+trait Waits {
+    fn stop_waiting(&mut self) {}
+}
+
+impl Waits for pb::ClaimRequest {
+    fn stop_waiting(&mut self) {
+        self.wait = None;
+    }
+}
+
+impl Waits for pb::LookupRequest {
+    fn stop_waiting(&mut self) {
+        self.wait = None;
+    }
+}
+
+impl Waits for pb::CompleteRequest {}
+impl Waits for pb::RenewRequest {}
+impl Waits for pb::FencedWriteRequest {}
+impl Waits for pb::GetResourceRequest {}
+impl Waits for pb::ClaimDueRequest {}
+impl Waits for pb::BatchClaimRequest {}
+impl Waits for pb::BatchCompleteRequest {}
+
 impl Relay {
     /// Counts, applies the matching rule, forwards, logs. The call runs in a
     /// task of its own, so that it is answered and logged even when the caller
@@ -146,7 +171,7 @@ impl Relay {
         forward: F,
     ) -> Result<Response<Resp>, Status>
     where
-        Req: Send + 'static,
+        Req: Waits + Send + 'static,
         Resp: Described + Send + 'static,
         F: FnOnce(OperationRegistryClient<Channel>, Request<Req>) -> Fut + Send + 'static,
         Fut: Future<Output = Result<Response<Resp>, Status>> + Send,
@@ -188,6 +213,10 @@ impl Relay {
                 }
                 Some((Action::Takeover, _)) => {
                     relay.take_over(target).await;
+                    forward(upstream, request).await
+                }
+                Some((Action::WithoutWaiting, _)) => {
+                    request.get_mut().stop_waiting();
                     forward(upstream, request).await
                 }
             };

@@ -17,6 +17,9 @@ pub enum Action {
     Refuse,
     /// Let another owner take the operation over, then forward.
     Takeover,
+    /// Forward a Claim or Lookup with its `wait` cleared: the server answers
+    /// as one that does not wait.
+    WithoutWaiting,
 }
 
 /// One rule: `action` for the calls numbered `from..=to` of `method` (`*`

@@ -209,12 +209,17 @@ BEFORE_OUTCOMES: dict[str, Any] = {
 }
 
 
-def before(client: opreg.Client, scenario: Scenario, namespace: str, key: str, *, lease_ttl: float) -> None:
+def before(
+    client: opreg.Client, scenario: Scenario, namespace: str, key: str, *, lease_ttl: float
+) -> pb.ClaimResponse | None:
     """The scenario's ``before``, directly against the server: a Claim by
-    ``conformance-before`` with the scenario's retry policy, then its outcome."""
+    ``conformance-before`` with the scenario's retry policy, then its outcome.
+    Returns that Claim's answer (None without ``before``): ``in_progress``
+    leaves its lease live, for the runner to complete later if the scenario
+    says so."""
     action = scenario.raw.get("before")
     if action is None:
-        return
+        return None
     if action not in BEFORE_OUTCOMES:
         raise AssertionError(f"unknown before action {action!r}")
     claimed = client.claim(
@@ -228,6 +233,7 @@ def before(client: opreg.Client, scenario: Scenario, namespace: str, key: str, *
     assert claimed.outcome == pb.CLAIM_OUTCOME_ACQUIRED, pb.ClaimOutcome.Name(claimed.outcome)
     if (outcome := BEFORE_OUTCOMES[action]) is not None:
         client.complete(namespace, key, fencing_token=claimed.lease.fencing_token, outcome=outcome)
+    return claimed
 
 
 def looked_up(client: opreg.Client, namespace: str, key: str) -> pb.Operation | None:

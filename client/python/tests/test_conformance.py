@@ -6,9 +6,11 @@ needs no new test code.
 Per scenario: a fresh key ``<name>-python-<random>``; ``before`` made directly
 against the server; the proxy started with the scenario's faults; run_once
 against the proxy with the scenario's settings, work actions and reconcile
-callback; then the result or error and the operation's status (a direct
-Lookup) are compared with ``expect``, and the calls by the proxy itself: it is
-given ``expect.calls`` (``--expect``) and its exit status is its verdict."""
+callback, while a thread completes the ``before`` lease when
+``before_complete_after_ms`` says; then, once that Complete is done, the result
+or error and the operation's status (a direct Lookup) are compared with
+``expect``, and the calls by the proxy itself: it is given ``expect.calls``
+(``--expect``) and its exit status is its verdict."""
 
 from __future__ import annotations
 
@@ -17,12 +19,13 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conformance_support import (
+    BEFORE_OUTCOMES,
     FaultProxy,
     ProxyExit,
     Run,
@@ -81,8 +84,18 @@ class RunOnceScenario(Scenario):
 
     @property
     def before_lease_ttl(self) -> float:
-        """``in_progress`` holds its lease through the scenario; the others end theirs at once."""
-        return 30.0 if self.raw.get("before") == "in_progress" else self.lease_ttl
+        """``in_progress`` holds its lease for ``before_lease_ttl_ms`` (default
+        30 s: through the scenario); the others end theirs at once."""
+        if self.raw.get("before") != "in_progress":
+            return self.lease_ttl
+        return float(self.raw.get("before_lease_ttl_ms", 30_000)) / 1000
+
+    @property
+    def before_complete_after(self) -> float | None:
+        """How long after the helper starts the ``before`` owner completes its
+        lease (``before_complete_after_ms``); None: it does not."""
+        after = self.raw.get("before_complete_after_ms")
+        return None if after is None else float(after) / 1000
 
     def run_options(self) -> dict[str, Any]:
         return {
@@ -203,6 +216,26 @@ def run_async(scenario: RunOnceScenario, address: str, key: str) -> Run:
 RUNNERS: dict[str, Callable[[RunOnceScenario, str, str], Run]] = {"sync": run_sync, "asyncio": run_async}
 
 
+# -- the before owner completes while the helper waits ---------------------------------
+
+
+def complete_before_at(client: opreg.Client, key: str, claimed: pb.ClaimResponse, at: float) -> None:
+    """At ``at`` (``time.monotonic()``), the ``before`` owner completes its
+    lease with success, result ``before``, directly against the server."""
+    time.sleep(max(at - time.monotonic(), 0.0))
+    client.complete(NAMESPACE, key, fencing_token=claimed.lease.fencing_token, outcome=BEFORE_OUTCOMES["success"])
+
+
+def completion_problems(scenario: RunOnceScenario, completion: Future[None] | None) -> list[str]:
+    """How the ``before`` owner's Complete (if the scenario has one) failed:
+    that fails the scenario too."""
+    if completion is None:
+        return []
+    if (error := completion.exception()) is not None:
+        return [f"the before owner's Complete, {scenario.before_complete_after}s after the start, failed: {error!r}"]
+    return []
+
+
 def differences(scenario: RunOnceScenario, run: Run, proxy: ProxyExit, operation: pb.Operation | None) -> list[str]:
     expect = scenario.expect
     problems: list[str] = []
@@ -240,16 +273,22 @@ def describe(error: BaseException | None) -> str:
 @pytest.mark.parametrize("scenario", ALL, ids=[s.name for s in ALL])
 def test_scenario(scenario: RunOnceScenario, runner: str, server: Server, client: opreg.Client, scratch: Path) -> None:
     key = f"{scenario.name}-python-{uuid.uuid4().hex[:12]}"
-    before(client, scenario, NAMESPACE, key, lease_ttl=scenario.before_lease_ttl)
+    claimed = before(client, scenario, NAMESPACE, key, lease_ttl=scenario.before_lease_ttl)
+    after = scenario.before_complete_after
+    assert after is None or claimed is not None, "before_complete_after_ms needs before: in_progress"
     # No ``calls`` expectation: nothing to judge (not ``[]``, which would mean no calls).
     proxy = FaultProxy(server.address, scenario.raw.get("faults", []), scratch, scenario.expect.get("calls"))
+    holder = ThreadPoolExecutor(1)
     started = time.monotonic()
+    completion = None if after is None else holder.submit(complete_before_at, client, key, claimed, started + after)
     try:
         run = RUNNERS[runner](scenario, proxy.address, key)
     finally:
+        holder.shutdown(wait=True)  # the before owner's Complete is done before anything is judged
         finished = proxy.finish()
     took = time.monotonic() - started
-    problems = differences(scenario, run, finished, looked_up(client, NAMESPACE, key))
+    problems = completion_problems(scenario, completion)
+    problems += differences(scenario, run, finished, looked_up(client, NAMESPACE, key))
     assert not problems, failure_message(
         f"scenario {scenario.name} ({runner} client, key {NAMESPACE}/{key}, {took:.2f}s)", problems, proxy, finished
     )

@@ -27,6 +27,7 @@ DECISIONS: dict[str, Any] = json.loads((REPO / "client" / "testdata" / "decision
 SETTINGS: dict[str, float] = DECISIONS["settings"]
 BACKOFF = (SETTINGS["backoff_initial_ms"] / 1000, SETTINGS["backoff_max_ms"] / 1000)
 POLL_INTERVAL = SETTINGS["poll_interval_ms"] / 1000
+MAX_CLAIM_WAIT = SETTINGS["max_claim_wait_ms"] / 1000
 
 # What a vector that does not name it gets: the default overall deadline, and a
 # draw that a decision without jitter ignores.
@@ -68,6 +69,7 @@ def test_every_section_is_tested() -> None:
 
 def test_the_settings_are_the_clients_defaults() -> None:
     assert _decide.BACKOFF == BACKOFF and _decide.POLL_INTERVAL == POLL_INTERVAL
+    assert _decide.MAX_CLAIM_WAIT == MAX_CLAIM_WAIT
     helpers = (opreg.Client.run_once, opreg.AsyncClient.run_once, opreg.Worker.__init__, opreg.AsyncWorker.__init__)
     for helper in helpers:
         parameters = inspect.signature(helper).parameters
@@ -115,6 +117,8 @@ def claim_response(answer: dict[str, Any]) -> pb.ClaimResponse:
         response.lease.CopyFrom(pb.Lease(owner="me", fencing_token=7, attempt=1))
     if "retry_after_ms" in answer:
         response.retry_after.FromMilliseconds(answer["retry_after_ms"])
+    if "waited_ms" in answer:
+        response.waited.FromMilliseconds(answer["waited_ms"])
     return response
 
 

@@ -104,6 +104,32 @@ def test_rate_limited_is_transient_with_the_delay_until_the_next_admitted_call()
     assert error.retry_delay == pytest.approx(0.15)
 
 
+def test_too_many_waiters_is_transient_with_the_servers_delay_and_limit() -> None:
+    error = opreg.from_rpc_error(
+        SynthesizedRpcError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "this replica holds 10000 waiting calls, its limit",
+            [info("TOO_MANY_WAITERS", limit="10000"), retry_info(1)],
+        )
+    )
+    assert type(error) is opreg.TooManyWaiters
+    assert isinstance(error, opreg.Unavailable)  # what the helpers retry
+    assert error.limit == 10000
+    assert error.retry_delay == pytest.approx(1.0)
+
+
+def test_operation_exists_is_not_transient_and_names_the_status() -> None:
+    error = opreg.from_rpc_error(
+        SynthesizedRpcError(
+            grpc.StatusCode.ALREADY_EXISTS,
+            "the key is registered",
+            [info("OPERATION_EXISTS", currentStatus="OPERATION_STATUS_IN_PROGRESS")],
+        )
+    )
+    assert type(error) is opreg.OperationExists and not opreg.is_transient(error)
+    assert error.current_status == pb.OPERATION_STATUS_IN_PROGRESS
+
+
 def test_store_unavailable_carries_its_retry_delay() -> None:
     error = opreg.from_rpc_error(
         SynthesizedRpcError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import grpc
@@ -207,6 +208,66 @@ def test_compensation_errors(client: opreg.Client, ns: str) -> None:
     with pytest.raises(opreg.AlreadyCompensated) as caught_again:
         client.claim(ns, "undo-ok-2", owner="o", parameters={"x": 1}, compensates="ok")
     assert caught_again.value.compensated_by == "undo-ok"
+
+
+def complete_after(client: opreg.Client, ns: str, key: str, token: int, seconds: float) -> threading.Thread:
+    """The holder of ``token`` completes ``key`` with success ``seconds`` from now, on a thread."""
+
+    def complete() -> None:
+        time.sleep(seconds)
+        client.complete(ns, key, fencing_token=token, outcome=opreg.Success(result=b"held"))
+
+    thread = threading.Thread(target=complete)
+    thread.start()
+    return thread
+
+
+def test_a_waiting_claim_is_answered_when_the_holder_completes(client: opreg.Client, ns: str) -> None:
+    token = acquire(client, ns, "waited-on").lease.fencing_token
+    holder = complete_after(client, ns, "waited-on", token, 0.3)
+    started = time.monotonic()
+    answer = client.claim(
+        ns, "waited-on", owner="owner-b", parameters={"amount": 100, "account": "A"}, wait=5, timeout=15
+    )
+    holder.join()
+    assert answer.outcome == pb.CLAIM_OUTCOME_REPLAYED and answer.operation.result == b"held"
+    assert answer.HasField("waited") and 0.2 < answer.waited.ToTimedelta().total_seconds() < 5
+    assert time.monotonic() - started < 5  # woken by the Complete, not at the end of the wait
+
+    # A wait that ends answers as a fresh Claim would; without a wait nothing says it waited.
+    acquire(client, ns, "still-held")
+    waited = client.claim(ns, "still-held", owner="owner-b", parameters={"amount": 100, "account": "A"}, wait=0.2)
+    assert waited.outcome == pb.CLAIM_OUTCOME_IN_PROGRESS and waited.HasField("waited")
+    at_once = client.claim(ns, "still-held", owner="owner-b", parameters={"amount": 100, "account": "A"})
+    assert at_once.outcome == pb.CLAIM_OUTCOME_IN_PROGRESS and not at_once.HasField("waited")
+
+
+def test_a_waiting_lookup_is_answered_when_the_status_changes(client: opreg.Client, ns: str) -> None:
+    token = acquire(client, ns, "watched").lease.fencing_token
+    holder = complete_after(client, ns, "watched", token, 0.3)
+    looked = client.lookup(ns, "watched", wait=5, changed_from=pb.OPERATION_STATUS_IN_PROGRESS, timeout=15)
+    holder.join()
+    assert looked.operation.status == pb.OPERATION_STATUS_SUCCEEDED and looked.HasField("waited")
+    # Already different from changed_from: answered at once.
+    moved = client.lookup(ns, "watched", wait=5, changed_from=pb.OPERATION_STATUS_IN_PROGRESS, timeout=15)
+    assert moved.operation.status == pb.OPERATION_STATUS_SUCCEEDED
+    assert moved.waited.ToTimedelta().total_seconds() < 1
+
+
+def test_the_reuse_policies(client: opreg.Client, ns: str) -> None:
+    params = {"amount": 100, "account": "A"}
+    failed = acquire(client, ns, "declined").lease.fencing_token
+    client.complete(ns, "declined", fencing_token=failed, outcome=opreg.Failure(code="DECLINED"))
+    assert client.claim(ns, "declined", owner="owner-b", parameters=params).outcome == pb.CLAIM_OUTCOME_REPLAYED
+    with pytest.raises(opreg.OperationExists) as caught:
+        client.claim(ns, "declined", owner="owner-b", parameters=params, reuse=pb.REUSE_POLICY_REJECT_EXISTING)
+    assert caught.value.code == grpc.StatusCode.ALREADY_EXISTS
+    assert caught.value.current_status == pb.OPERATION_STATUS_FAILED
+
+    again = client.claim(ns, "declined", owner="owner-b", parameters=params, reuse=pb.REUSE_POLICY_AFTER_FAILURE)
+    assert again.outcome == pb.CLAIM_OUTCOME_ACQUIRED and again.lease.fencing_token > failed
+    kinds = [e.kind for e in client.lookup(ns, "declined", include_executions=True).executions]
+    assert kinds == [pb.EXECUTION_KIND_FIRST, pb.EXECUTION_KIND_REUSE]
 
 
 def test_connection_refused_is_unavailable() -> None:

@@ -285,3 +285,37 @@ def test_the_local_expiry_is_measured_from_the_claims_send() -> None:
     # 3 s - 0.3 s margin after the send has passed: a transient error now loses the lease.
     assert renewal.failed(opreg.Unavailable("down", code=grpc.StatusCode.UNAVAILABLE)) is True
     assert lease.lost
+
+
+def test_the_local_expiry_adds_the_servers_wait_only_to_an_answer_to_the_first_attempt() -> None:
+    run = _run.RunOnce(spec(lease_ttl=3.0), 100, can_reconcile=False)
+    answer = claimed()
+    answer.waited.FromMilliseconds(1500)  # the server held the Claim 1.5 s before it granted the lease
+    retry = run.claim(lambda *args, **kwargs: answer)
+    first = run.after_claim(retry.call(retry.timeout()))
+    assert isinstance(first, _run.Attempt)
+    assert first.lease_fields["local_expiry"] == pytest.approx(run._claimed_at + 1.5 + 3.0)
+    retry = run.claim(lambda *args, **kwargs: answer)
+    retry.call(retry.timeout())  # its answer was lost: the lease may have been granted after a shorter wait
+    retried = run.after_claim(retry.call(retry.timeout()))
+    assert isinstance(retried, _run.Attempt)
+    assert retried.lease_fields["local_expiry"] == pytest.approx(run._claimed_at + 3.0)
+
+
+# -- the Claim's server wait ------------------------------------------------------------
+
+
+def first_claim(deadline: float) -> dict[str, Any]:
+    """The keyword arguments of the first Claim of a run with ``deadline`` seconds."""
+    sent: list[dict[str, Any]] = []
+    run = _run.RunOnce(spec(rpc_timeout=0.5), deadline, can_reconcile=False)
+    retry = run.claim(lambda *args, **kwargs: sent.append(kwargs))
+    retry.call(retry.timeout())
+    return sent[0]
+
+
+def test_every_claim_asks_the_server_to_wait_and_its_answer_gets_a_call_timeout_after_the_wait() -> None:
+    far = first_claim(100)
+    assert far["wait"] == _decide.MAX_CLAIM_WAIT and far["timeout"] == pytest.approx(0.5 + _decide.MAX_CLAIM_WAIT)
+    near = first_claim(0.2)  # the wait ends at the deadline; the answer to it may come later
+    assert 0.1 < near["wait"] <= 0.2 and near["timeout"] == pytest.approx(0.5 + near["wait"])

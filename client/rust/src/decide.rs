@@ -15,8 +15,18 @@ use crate::outcomes::{Completed, RunError, Success, WorkError};
 use crate::proto::{self as pb, ClaimOutcome, ExecutionOutcome, OperationStatus};
 use pb::complete_request::Outcome;
 
-/// How often an operation another execution holds is claimed again, at most.
+/// How often an operation another execution holds is claimed again, at most,
+/// from a server that does not wait.
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The longest a Claim asks the server to hold it.
+pub(crate) const MAX_SERVER_WAIT: Duration = Duration::from_secs(30);
+
+/// How long a Claim sent with `remaining` before the overall deadline asks
+/// the server to wait for an answer it can act on.
+pub(crate) fn server_wait(remaining: Duration) -> Duration {
+    remaining.min(MAX_SERVER_WAIT)
+}
 
 /// Transport backoff: full jitter over `min(BACKOFF_MAX, BACKOFF_INITIAL × 2ⁿ)`.
 const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
@@ -71,7 +81,12 @@ pub(crate) fn decide_claim_answer(
             retry_after: retry_after.unwrap_or_default(),
         })),
         ClaimOutcome::InProgress | ClaimOutcome::RetryLater => {
-            let wait = claim_wait(outcome, retry_after, random);
+            // The server held the call as long as it could: ask again at once.
+            let wait = if claimed.waited.is_some() {
+                Duration::ZERO
+            } else {
+                claim_wait(outcome, retry_after, random)
+            };
             if wait >= remaining {
                 return ClaimStep::Return(Err(RunError::DeadlineExceeded));
             }

@@ -103,6 +103,22 @@ pub enum Error {
         /// The server's `RetryInfo` delay: when a token is free again.
         retry_after: Option<std::time::Duration>,
     },
+    /// The replica holds as many waiting calls as it allows; transient: retry
+    /// after `retry_after` (the server's `RetryInfo`).
+    #[error("too many waiting calls: the server allows {limit}")]
+    TooManyWaiters {
+        /// The replica's limit of waiting calls.
+        limit: usize,
+        /// The server's `RetryInfo` delay.
+        retry_after: Option<std::time::Duration>,
+    },
+    /// A Claim with `REUSE_POLICY_REJECT_EXISTING` found the key registered;
+    /// not retryable.
+    #[error("the operation key is already registered ({current_status})")]
+    OperationExists {
+        /// The operation's status (`OPERATION_STATUS_…`).
+        current_status: String,
+    },
     /// The request message is larger than the method accepts; not retryable.
     #[error("the request is larger than the {limit} bytes the server accepts for it")]
     MessageTooLarge {
@@ -117,15 +133,18 @@ pub enum Error {
 impl Error {
     /// Transport trouble worth retrying with backoff.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Unavailable { .. } | Error::RateLimited { .. })
+        matches!(
+            self,
+            Error::Unavailable { .. } | Error::RateLimited { .. } | Error::TooManyWaiters { .. }
+        )
     }
 
     /// The least wait the server asked for before a retry.
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
-            Error::Unavailable { retry_after, .. } | Error::RateLimited { retry_after, .. } => {
-                *retry_after
-            }
+            Error::Unavailable { retry_after, .. }
+            | Error::RateLimited { retry_after, .. }
+            | Error::TooManyWaiters { retry_after, .. } => *retry_after,
             _ => None,
         }
     }
@@ -217,6 +236,13 @@ impl From<tonic::Status> for Error {
             },
             Reason::MessageTooLarge => Error::MessageTooLarge {
                 limit: meta(Key::Limit).parse().unwrap_or_default(),
+            },
+            Reason::TooManyWaiters => Error::TooManyWaiters {
+                limit: meta(Key::Limit).parse().unwrap_or_default(),
+                retry_after: retry_after(),
+            },
+            Reason::OperationExists => Error::OperationExists {
+                current_status: meta(Key::CurrentStatus),
             },
             // Sent with UNAVAILABLE or DEADLINE_EXCEEDED, answered above.
             Reason::StoreUnavailable

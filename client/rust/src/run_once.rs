@@ -179,6 +179,14 @@ impl RunOnce {
         self
     }
 
+    /// What an existing key allows (default `REPLAY`): `AFTER_FAILURE` runs
+    /// the work again after a recorded business failure or DEAD;
+    /// `REJECT_EXISTING` answers `Error::OperationExists` for any existing key.
+    pub fn reuse(mut self, policy: pb::ReusePolicy) -> Self {
+        self.request.reuse = policy.into();
+        self
+    }
+
     /// How often to renew; defaults to a third of the TTL.
     pub fn renew_every(mut self, every: Duration) -> Self {
         self.renew_every = Some(every);
@@ -231,13 +239,16 @@ impl RunOnce {
     {
         let deadline = after(self.deadline);
         loop {
-            let request = self.request.clone();
+            let mut request = self.request.clone();
+            let wait = decide::server_wait(deadline.saturating_duration_since(Instant::now()));
+            request.wait = (!wait.is_zero()).then(|| proto_duration(wait));
             let (claimed, sent) = self
-                .retrying(deadline, |client| {
+                .retrying(deadline, self.call_timeout + wait, |client| {
                     let request = request.clone();
                     async move { client.claim(request).await }
                 })
                 .await?;
+            let sent = sent.lease_start(claimed.waited.map(std_duration));
             let remote_ref = claimed
                 .operation
                 .as_ref()
@@ -419,7 +430,7 @@ impl RunOnce {
         };
         let until = deadline.max(after(self.call_timeout * COMPLETE_ATTEMPTS));
         let completed = self
-            .retrying(until, |client| {
+            .retrying(until, self.call_timeout, |client| {
                 let request = request.clone();
                 async move { client.complete(request).await }
             })
@@ -455,7 +466,7 @@ impl RunOnce {
         // The Lookup gets as long as Complete's own time, retried like it.
         let until = after(self.call_timeout * COMPLETE_ATTEMPTS);
         let found = self
-            .retrying(until, |client| {
+            .retrying(until, self.call_timeout, |client| {
                 let lookup = lookup.clone();
                 async move { client.lookup(lookup).await }
             })
@@ -471,35 +482,41 @@ impl RunOnce {
         }
     }
 
-    /// Calls until it succeeds, a non-transient error comes back, or the
-    /// deadline passes; the answer, and when the first attempt was sent: a
-    /// Claim whose answer was lost resumes the lease that attempt was granted.
+    /// Calls, each attempt given `call_timeout`, until it succeeds, a
+    /// non-transient error comes back, or the deadline passes; the answer,
+    /// and when the first attempt was sent: a Claim whose answer was lost
+    /// resumes the lease that attempt was granted.
     async fn retrying<T, F, Fut>(
         &self,
         deadline: Instant,
+        call_timeout: Duration,
         mut call: F,
-    ) -> Result<(T, Instant), RunError>
+    ) -> Result<(T, Sent), RunError>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
-        let sent = Instant::now();
+        let first_sent = Instant::now();
         for attempt in 0.. {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
                 break;
             }
-            let asked = match tokio::time::timeout(
-                remaining.min(self.call_timeout),
-                call(self.client.clone()),
-            )
-            .await
-            {
-                Ok(Ok(value)) => return Ok((value, sent)),
-                Ok(Err(error)) if !error.is_transient() => return Err(error.into()),
-                Ok(Err(error)) => error.retry_after(),
-                Err(_) => None,
-            };
+            let asked =
+                match tokio::time::timeout(remaining.min(call_timeout), call(self.client.clone()))
+                    .await
+                {
+                    Ok(Ok(value)) => {
+                        let sent = Sent {
+                            first: first_sent,
+                            answered_first: attempt == 0,
+                        };
+                        return Ok((value, sent));
+                    }
+                    Ok(Err(error)) if !error.is_transient() => return Err(error.into()),
+                    Ok(Err(error)) => error.retry_after(),
+                    Err(_) => None,
+                };
             let wait = decide::retry_delay(attempt, asked, rand::random());
             if !sleep_within(wait, deadline).await {
                 break;
@@ -536,6 +553,26 @@ const COMPLETE_ATTEMPTS: u32 = 3;
 
 /// Bounds claiming, waiting and retrying unless the caller says otherwise.
 pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);
+
+/// When the first attempt of a retried call was sent, and whether the answer
+/// came to that attempt.
+struct Sent {
+    first: Instant,
+    answered_first: bool,
+}
+
+impl Sent {
+    /// The earliest the lease of this Claim answer can have begun: the first
+    /// attempt's send, plus the time the server says it held the call when
+    /// the answer is that attempt's own (an earlier, lost attempt may have
+    /// been granted the lease after a shorter wait).
+    fn lease_start(&self, waited: Option<Duration>) -> Instant {
+        match waited {
+            Some(waited) if self.answered_first => self.first + waited,
+            _ => self.first,
+        }
+    }
+}
 
 /// A lease as Claim or ClaimDue handed it out, and when that call was sent.
 struct Granted {

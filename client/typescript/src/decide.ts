@@ -1,15 +1,15 @@
 // The run-once decision table of client/PROTOCOL.md as pure functions: what a
 // Claim answer means, what the work's result becomes (the report and what
-// follows once it is recorded), what a Renew or Complete error means, and what
-// a Lookup in doubt means, and how long each wait is. No I/O, no clock and no
-// randomness of their own (the time left and the jitter's draw are arguments),
-// so that every row is tested without a server: against the vectors every
-// client shares (client/testdata/decisions.json, test/decisions.test.ts), and
-// what they do not cover in test/decide.test.ts. The functions are named after
-// the file's sections (isTransient, retryDelayMs, decideClaimAnswer,
-// decideCompleteError, decideRenewFailure, decideCallInDoubt). runOnce.ts,
-// underLease.ts, leaseKeeper.ts, retry.ts and worker.ts do the calls and follow
-// these answers.
+// follows once it is recorded), what a Renew or Complete error means, what a
+// Lookup in doubt means, how long each wait is, and when a lease from Claim
+// began. No I/O, no clock and no randomness of their own (the time left and the
+// jitter's draw are arguments), so that every row is tested without a server:
+// against the vectors every client shares (client/testdata/decisions.json,
+// test/decisions.test.ts), and what they do not cover in test/decide.test.ts.
+// The functions are named after the file's sections (isTransient, retryDelayMs,
+// decideClaimAnswer, decideCompleteError, decideRenewFailure,
+// decideCallInDoubt). runOnce.ts, underLease.ts, leaseKeeper.ts, retry.ts and
+// worker.ts do the calls and follow these answers.
 import { status as GrpcStatus } from "@grpc/grpc-js";
 
 import {
@@ -41,6 +41,7 @@ import {
   type LookupResponse,
   type Operation,
 } from "./gen/opreg/v1/registry";
+import type { Duration } from "./gen/google/protobuf/duration";
 import { durationFromMillis, millisFromDuration } from "./time";
 import type { ReconcileOutcome, WorkValue } from "./underLease";
 
@@ -49,8 +50,8 @@ import type { ReconcileOutcome, WorkValue } from "./underLease";
 /**
  * Retried with backoff inside the deadline; nothing else is: UNAVAILABLE (any
  * reason, or none), DEADLINE_EXCEEDED, a server's CANCELLED "Timeout expired",
- * RESOURCE_EXHAUSTED with reason RATE_LIMITED (not MESSAGE_TOO_LARGE). See
- * OpregError.transient.
+ * RESOURCE_EXHAUSTED with reason RATE_LIMITED or TOO_MANY_WAITERS (not
+ * MESSAGE_TOO_LARGE). See OpregError.transient.
  */
 export function isTransient(error: unknown): error is OpregError {
   return error instanceof OpregError && error.transient;
@@ -81,6 +82,18 @@ export function retryDelayMs(attempt: number, retryInfoMs: number | undefined, r
   return Math.max(jittered, retryInfoMs + (random * retryInfoMs) / 10);
 }
 
+/** The longest a Claim asks the server to hold it (`wait`). */
+export const MAX_CLAIM_WAIT_MS = 30_000;
+
+/**
+ * The server wait every Claim asks for: the rest of the overall deadline, at
+ * most MAX_CLAIM_WAIT_MS. The server answers as soon as the operation moves, so
+ * a long wait delays nothing; past the cap, the next Claim waits on.
+ */
+export function claimWaitMs(remainingMs: number): number {
+  return Math.max(0, Math.min(remainingMs, MAX_CLAIM_WAIT_MS));
+}
+
 export function deadlineError(what: string, cause?: unknown, deadline = "the overall deadline"): DeadlineExceededError {
   return new DeadlineExceededError({
     message: `${what}: ${deadline} passed`,
@@ -102,7 +115,7 @@ export type ClaimDecision =
   | { kind: "execute"; lease: Lease; step: Step }
   /** REPLAYED SUCCEEDED: the stored result, replayed = true. */
   | { kind: "return"; operation: Operation | undefined }
-  /** IN_PROGRESS / RETRY_LATER: sleep `waitMs`, then claim again. */
+  /** IN_PROGRESS / RETRY_LATER: sleep `waitMs` (0 after a server's wait), then claim again. */
   | { kind: "wait"; waitMs: number }
   /** Throw `error`: a replayed business failure, DEAD, HELD, the deadline, or an answer that makes no sense. */
   | { kind: "raise"; error: Error };
@@ -112,7 +125,10 @@ export interface ClaimContext {
   hasReconcile: boolean;
   /** The time left before the overall deadline. */
   remainingMs: number;
-  /** The longest an IN_PROGRESS answer is waited before claiming again (the holder may finish sooner). */
+  /**
+   * Against a server that does not wait: the longest an IN_PROGRESS answer is
+   * waited before claiming again (the holder may finish sooner).
+   */
   pollIntervalMs: number;
   /** Uniform in [0, 1): the jitter. */
   random: number;
@@ -143,16 +159,15 @@ export function decideClaimAnswer(response: ClaimResponse, ctx: ClaimContext): C
       return { kind: "return", operation };
     case ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS:
     case ClaimOutcome.CLAIM_OUTCOME_RETRY_LATER: {
-      // Without a retry_after, claimed again after the poll interval; IN_PROGRESS at
-      // least that often, as the holder may finish before its lease ends.
-      const retryAfter = response.retryAfter === undefined ? ctx.pollIntervalMs : millisFromDuration(response.retryAfter);
-      const after = outcome === ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS ? Math.min(retryAfter, ctx.pollIntervalMs) : retryAfter;
-      // Past the due time, and spread by up to a fifth of the wait (at most 1 s)
-      // so that callers told the same retry_after do not claim together.
-      const waitMs = after + 5 + ctx.random * Math.min(after / 5, 1_000);
+      // A server that waits held the call until the operation moved or its wait
+      // ended: claim again at once, with a new wait. One that does not (no
+      // `waited`) is polled.
+      const { waited } = response;
+      const waitMs = waited === undefined ? pollWaitMs(outcome, response.retryAfter, ctx) : 0;
       if (waitMs >= ctx.remainingMs) {
         // Sleeping into the deadline only delays the answer.
-        return { kind: "raise", error: deadlineError(`${ctx.what}: ${ClaimOutcome[outcome]}, next claim due in ${retryAfter} ms`) };
+        const since = waited === undefined ? `next claim due in ${Math.round(waitMs)} ms` : `after the server waited ${millisFromDuration(waited)} ms`;
+        return { kind: "raise", error: deadlineError(`${ctx.what}: ${ClaimOutcome[outcome]} ${since}`) };
       }
       return { kind: "wait", waitMs };
     }
@@ -166,6 +181,41 @@ export function decideClaimAnswer(response: ClaimResponse, ctx: ClaimContext): C
     default:
       return unreachable(outcome, (o) => ({ kind: "raise", error: malformed(ctx.what, `unexpected claim outcome ${o}`) }));
   }
+}
+
+/**
+ * The sleep before claiming again at a server that does not wait: retry_after
+ * (none sent: the poll interval; IN_PROGRESS at most the poll interval, as the
+ * holder may finish before its lease ends), past the due time, and spread by up
+ * to a fifth of it (at most 1 s) so that callers told the same retry_after do
+ * not claim together.
+ */
+function pollWaitMs(outcome: ClaimOutcome, retryAfter: Duration | undefined, ctx: ClaimContext): number {
+  const told = retryAfter === undefined ? ctx.pollIntervalMs : millisFromDuration(retryAfter);
+  const after = outcome === ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS ? Math.min(told, ctx.pollIntervalMs) : told;
+  return after + 5 + ctx.random * Math.min(after / 5, 1_000);
+}
+
+/** When the attempts of one Claim were sent (performance.now() ms); more than one when answers were lost. */
+export interface ClaimSends {
+  firstAt: number;
+  lastAt: number;
+  attempts: number;
+}
+
+/**
+ * The earliest moment the lease a Claim answered with can have begun, on the
+ * caller's clock: its local expiry is measured from here (the lease table of
+ * PROTOCOL.md). A slow answer shortens the trusted time rather than lengthening it.
+ */
+export function claimLeaseGrantedAt(sends: ClaimSends, waited: Duration | undefined, leaseTtlMs: number): number {
+  // The answer came to the first attempt: the server held it `waited` before it decided.
+  if (sends.attempts === 1) return sends.firstAt + millisFromDuration(waited);
+  // An answer was lost: a later attempt resumed the lease an earlier one was granted
+  // (same token, not extended), maybe after a shorter wait, so `waited` adds nothing.
+  // No earlier than the first send, and no earlier than a TTL before the last (an
+  // older lease would have lapsed, and the last Claim been granted a new one).
+  return Math.max(sends.firstAt, sends.lastAt - leaseTtlMs);
 }
 
 export type DueDecision =
@@ -386,6 +436,8 @@ const COMPLETE_ERROR: Readonly<Record<KnownErrorReason, CompleteErrorAction>> = 
   [ErrorReason.ERROR_REASON_RATE_LIMITED]: "inDoubt",
   [ErrorReason.ERROR_REASON_DEADLINE_EXCEEDED]: "inDoubt",
   [ErrorReason.ERROR_REASON_INTERNAL]: "inDoubt",
+  [ErrorReason.ERROR_REASON_OPERATION_EXISTS]: "inDoubt",
+  [ErrorReason.ERROR_REASON_TOO_MANY_WAITERS]: "inDoubt",
 };
 
 /** What a Complete error (after its retries) means: the lease is lost, it is raised, or the report is in doubt. */

@@ -1,9 +1,9 @@
 // Typed errors. Every opreg error is a gRPC status carrying exactly one
 // google.rpc.ErrorInfo (domain "opreg"); `fromServiceError` turns it into one
 // of the classes below, all extending OpregError. `transient` ones (UNAVAILABLE,
-// DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED / RATE_LIMITED, a server's "Timeout
-// expired") are retried by runOnce and the worker, never sooner than a
-// google.rpc.RetryInfo asks (`retryDelayMs`); nothing else is.
+// DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED / RATE_LIMITED or TOO_MANY_WAITERS, a
+// server's "Timeout expired") are retried by runOnce and the worker, never
+// sooner than a google.rpc.RetryInfo asks (`retryDelayMs`); nothing else is.
 //
 // The vocabulary is the contract's (proto/opreg/v1/errors.proto): a reason is
 // an ErrorReason name without "ERROR_REASON_", a metadata key an
@@ -139,14 +139,16 @@ export class OpregError extends Error {
 
   /**
    * UNAVAILABLE (OPERATION_BUSY and STORE_UNAVAILABLE included),
-   * RESOURCE_EXHAUSTED / RATE_LIMITED, or DEADLINE_EXCEEDED from a single call, or the CANCELLED "Timeout expired" a
-   * server's own timer answers instead: safe to retry with backoff (at least
-   * `retryDelayMs`). A CANCELLED the caller caused is not transient.
+   * RESOURCE_EXHAUSTED / RATE_LIMITED or TOO_MANY_WAITERS, or DEADLINE_EXCEEDED
+   * from a single call, or the CANCELLED "Timeout expired" a server's own timer
+   * answers instead: safe to retry with backoff (at least `retryDelayMs`). A
+   * CANCELLED the caller caused is not transient.
    */
   get transient(): boolean {
     return (
       this.code === GrpcStatus.UNAVAILABLE ||
       this.errorReason === ErrorReason.ERROR_REASON_RATE_LIMITED ||
+      this.errorReason === ErrorReason.ERROR_REASON_TOO_MANY_WAITERS ||
       this.code === GrpcStatus.DEADLINE_EXCEEDED ||
       isServerTimeout(this.code, this.message)
     );
@@ -179,6 +181,11 @@ export class ParameterConflictError extends OpregError {
 function bigintOf(text: string | undefined): bigint | undefined {
   if (text === undefined || !/^-?\d+$/.test(text)) return undefined;
   return BigInt(text);
+}
+
+/** A count the server sent as decimal digits; undefined when absent or not one. */
+function countOf(text: string | undefined): number | undefined {
+  return text !== undefined && /^\d+$/.test(text) ? Number(text) : undefined;
 }
 
 /** ABORTED / STALE_FENCING_TOKEN: another execution took over, or the operation finished. */
@@ -240,6 +247,21 @@ export class InvalidTransitionError extends OpregError {
   }
 }
 
+/**
+ * ALREADY_EXISTS / OPERATION_EXISTS: a Claim with REUSE_POLICY_REJECT_EXISTING
+ * found the key registered. Never retried: only the call that registered the
+ * key proceeds.
+ */
+export class OperationExistsError extends OpregError {
+  /** The status of the registered operation; undefined when the server named none this client knows. */
+  readonly currentStatus: OperationStatus | undefined;
+
+  constructor(init: OpregErrorInit) {
+    super(init);
+    this.currentStatus = statusOf(this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_CURRENT_STATUS));
+  }
+}
+
 /** An OperationStatus enum name (`OPERATION_STATUS_DEAD`) as the enum; undefined when absent or unknown. */
 function statusOf(name: string | undefined): OperationStatus | undefined {
   if (name === undefined) return undefined;
@@ -292,8 +314,7 @@ export class MessageTooLargeError extends OpregError {
 
   constructor(init: OpregErrorInit) {
     super(init);
-    const limit = this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_LIMIT);
-    this.limit = limit !== undefined && /^\d+$/.test(limit) ? Number(limit) : undefined;
+    this.limit = countOf(this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_LIMIT));
   }
 }
 
@@ -308,8 +329,22 @@ export class RateLimitedError extends UnavailableError {
 
   constructor(init: OpregErrorInit) {
     super(init);
-    const limit = this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_CALLS_PER_SECOND);
-    this.callsPerSecond = limit !== undefined && /^\d+$/.test(limit) ? Number(limit) : undefined;
+    this.callsPerSecond = countOf(this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_CALLS_PER_SECOND));
+  }
+}
+
+/**
+ * RESOURCE_EXHAUSTED / TOO_MANY_WAITERS: the replica holds as many waiting calls
+ * (a Claim or Lookup with a `wait`) as it allows. Transient: retry after
+ * `retryDelayMs` (the server's RetryInfo), or ask without a wait.
+ */
+export class TooManyWaitersError extends UnavailableError {
+  /** The replica's limit of waiting calls; undefined if unsaid. */
+  readonly limit: number | undefined;
+
+  constructor(init: OpregErrorInit) {
+    super(init);
+    this.limit = countOf(this.metadataValue(ErrorMetadataKey.ERROR_METADATA_KEY_LIMIT));
   }
 }
 
@@ -484,6 +519,8 @@ const CLASS_BY_REASON: Readonly<Record<KnownErrorReason, ErrorClass>> = {
   [ErrorReason.ERROR_REASON_RATE_LIMITED]: RateLimitedError,
   [ErrorReason.ERROR_REASON_DEADLINE_EXCEEDED]: DeadlineExceededError,
   [ErrorReason.ERROR_REASON_INTERNAL]: InternalError,
+  [ErrorReason.ERROR_REASON_OPERATION_EXISTS]: OperationExistsError,
+  [ErrorReason.ERROR_REASON_TOO_MANY_WAITERS]: TooManyWaitersError,
 };
 
 /** The error class `fromServiceError` uses for `reason`. */

@@ -1,13 +1,18 @@
 // Transport retries shared by runOnce and the worker: the transient errors
-// (isTransient in decide.ts: UNAVAILABLE, DEADLINE_EXCEEDED, RATE_LIMITED, a
-// server's "Timeout expired") are retried with exponential backoff and full
-// jitter, never sooner than the server's RetryInfo asks (retryDelayMs in
-// decide.ts); nothing else is.
-import type { CallOptions } from "./client";
+// (isTransient in decide.ts: UNAVAILABLE, DEADLINE_EXCEEDED, RATE_LIMITED,
+// TOO_MANY_WAITERS, a server's "Timeout expired") are retried with exponential
+// backoff and full jitter, never sooner than the server's RetryInfo asks
+// (retryDelayMs in decide.ts); nothing else is.
 import { deadlineError, isTransient, retryDelayMs, type Backoff } from "./decide";
 import { sleep } from "./time";
 
 export const DEFAULT_CALL_TIMEOUT_MS = 10_000;
+
+/** The options of one attempt: the caller's signal, and the call timeout's deadline (epoch ms). */
+export interface AttemptOptions {
+  signal?: AbortSignal;
+  deadline: number;
+}
 
 export interface RetryContext extends Backoff {
   /** No attempt starts after it (epoch ms). */
@@ -25,7 +30,7 @@ export interface RetryContext extends Backoff {
  */
 export async function withRetries<T>(
   what: string,
-  call: (options: CallOptions) => Promise<T>,
+  call: (options: AttemptOptions) => Promise<T>,
   ctx: RetryContext,
 ): Promise<T> {
   for (let attempt = 0; ; attempt++) {

@@ -2,11 +2,15 @@
 // same shape in every opreg client, following client/PROTOCOL.md (the decisions
 // are in decide.ts, the execution under a lease in underLease.ts).
 //
-// 1. Claim (decideClaimAnswer). REPLAYED: the stored result, or the stored business
-//    failure (BusinessError, replayed = true). IN_PROGRESS (waited at most
-//    pollIntervalMs) / RETRY_LATER: wait retry_after plus jitter and claim
-//    again, within one overall deadline (default 120 s; a wait that would end
-//    past it fails at once with DeadlineExceededError). DEAD:
+// 1. Claim (decideClaimAnswer), asking the server to hold the call while the
+//    operation is IN_PROGRESS or RETRY_LATER (`wait`: the rest of the overall
+//    deadline, at most 30 s; the call's timeout is extended by it). REPLAYED:
+//    the stored result, or the stored business failure (BusinessError,
+//    replayed = true). IN_PROGRESS / RETRY_LATER after the server waited: claim
+//    again at once; from a server that does not wait (no `waited`): wait
+//    retry_after (IN_PROGRESS at most pollIntervalMs) plus jitter and claim
+//    again. All within one overall deadline (default 120 s; a wait that would
+//    end past it fails at once with DeadlineExceededError). DEAD:
 //    OperationDeadError. HELD: OperationHeldError at once. RECONCILE: the
 //    reconcile callback under the lease; without one the lease is handed back
 //    (Complete unknown, same remote ref) and ReconcileRequiredError thrown.
@@ -23,7 +27,14 @@ import { performance } from "node:perf_hooks";
 
 import type { OpregClient } from "./client";
 import { effectiveDeadline } from "./client";
-import { DEFAULT_BACKOFF_INITIAL_MS, DEFAULT_BACKOFF_MAX_MS, decideClaimAnswer } from "./decide";
+import {
+  DEFAULT_BACKOFF_INITIAL_MS,
+  DEFAULT_BACKOFF_MAX_MS,
+  claimLeaseGrantedAt,
+  claimWaitMs,
+  decideClaimAnswer,
+  type ClaimSends,
+} from "./decide";
 import type { JsonObject } from "./digest";
 import type { Operation, RetryPolicy } from "./gen/opreg/v1/registry";
 import { DEFAULT_CALL_TIMEOUT_MS, withRetries, type RetryContext } from "./retry";
@@ -56,7 +67,10 @@ export interface RunOnceOptions {
   deadline?: Date | number;
   /** Overall timeout in ms (the earlier of this and `deadline` applies). Default 120 000 ms. */
   timeoutMs?: number;
-  /** The longest an IN_PROGRESS answer is waited before claiming again (its retry_after is the holder's lease). Default 1 000 ms. */
+  /**
+   * Against a server that does not wait: the longest an IN_PROGRESS answer is
+   * waited before claiming again (its retry_after is the holder's lease). Default 1 000 ms.
+   */
   pollIntervalMs?: number;
   /** Deadline of one call. Default 10 000 ms. */
   callTimeoutMs?: number;
@@ -158,14 +172,16 @@ export async function runOnce(
 
   for (;;) {
     if (signal?.aborted) throw abortReason(signal);
-    let firstSentAt: number | undefined;
-    let lastSentAt = 0;
+    const sends: ClaimSends = { firstAt: 0, lastAt: 0, attempts: 0 };
     const response = await withRetries(
       `${what}: Claim`,
       (o) => {
-        lastSentAt = performance.now();
-        firstSentAt ??= lastSentAt;
-        return client.claim(claimRequest, o);
+        const waitMs = claimWaitMs(ctx.deadlineAt - Date.now());
+        sends.lastAt = performance.now();
+        if (sends.attempts++ === 0) sends.firstAt = sends.lastAt;
+        // The server may hold the call for the whole wait before it answers: the
+        // call's timeout runs on top of it.
+        return client.claim({ ...claimRequest, wait: durationFromMillis(waitMs) }, { ...o, deadline: o.deadline + waitMs });
       },
       ctx,
     );
@@ -187,12 +203,7 @@ export async function runOnce(
         await sleep(decision.waitMs, signal);
         continue;
       case "execute": {
-        // The lease began no earlier than the send of the Claim that granted it. When
-        // an answer was lost, a later attempt resumed the lease an earlier one was
-        // granted (same token, not extended): no earlier than the first send, and no
-        // earlier than a TTL before the last (an older lease would have lapsed, and
-        // the last Claim been granted a new one).
-        const grantedAt = Math.max(firstSentAt ?? lastSentAt, lastSentAt - leaseTtlMs);
+        const grantedAt = claimLeaseGrantedAt(sends, response.waited, leaseTtlMs);
         const { next } = await executeUnderLease(
           { client, namespace, operationKey, owner, lease: decision.lease, grantedAt, leaseTtlMs, renewEveryMs, ctx, what },
           decision.step,

@@ -6,13 +6,14 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
-import { BusinessError, OpregClient, type RunOnceResult } from "../src";
+import { BusinessError, OpregClient, type Lease, type RunOnceResult } from "../src";
 import { kindOf } from "./kinds";
 import { startProxy } from "./proxy";
 import {
   LANGUAGE,
   assertCallsMatched,
   assertReconcileSaw,
+  completeBeforeAfter,
   describeLog,
   lookupOperation,
   prepare,
@@ -48,6 +49,10 @@ interface Expect {
 interface Scenario extends Partial<Settings> {
   name: string;
   before?: string;
+  /** The lease `before: in_progress` holds (default 30 s). */
+  before_lease_ttl_ms?: number;
+  /** That long after the helper starts, the `before` owner completes its lease with success. */
+  before_complete_after_ms?: number;
   work: string[];
   reconcile?: string;
   faults?: unknown[];
@@ -75,9 +80,22 @@ describe("run-once conformance", () => {
       const key = `${scenario.name}-${LANGUAGE}-${randomHex()}`;
       const parameters = { amount: 100, scenario: scenario.name };
       const retryPolicy = retryPolicyOf(settings.retry_policy);
+      let beforeLease: Lease | undefined;
       if (scenario.before !== undefined) {
-        await prepare(direct, scenario.before, { namespace: NAMESPACE, key, parameters, leaseTtlMs: settings.lease_ttl_ms, retryPolicy });
+        beforeLease = await prepare(direct, scenario.before, {
+          namespace: NAMESPACE,
+          key,
+          parameters,
+          leaseTtlMs: settings.lease_ttl_ms,
+          inProgressLeaseTtlMs: scenario.before_lease_ttl_ms,
+          retryPolicy,
+        });
       }
+      const completeAfterMs = scenario.before_complete_after_ms;
+      assert.ok(
+        completeAfterMs === undefined || beforeLease !== undefined,
+        `scenario ${scenario.name}: before_complete_after_ms without before`,
+      );
 
       const expect = scenario.expect;
       // Required: without it the proxy would give no verdict, and the calls would go unchecked.
@@ -90,6 +108,10 @@ describe("run-once conformance", () => {
       let error: unknown;
       let log: string[];
       const started = Date.now();
+      const completing =
+        completeAfterMs === undefined
+          ? undefined
+          : completeBeforeAfter(direct, { namespace: NAMESPACE, key }, beforeLease as Lease, completeAfterMs);
       try {
         result = await client.runOnce(NAMESPACE, key, parameters, workOf(scenario.work, settings.lease_ttl_ms, thrown), {
           leaseTtlMs: settings.lease_ttl_ms,
@@ -105,6 +127,8 @@ describe("run-once conformance", () => {
         log = await proxy.close();
       }
       const elapsed = Date.now() - started;
+      // The scenario is judged once the before owner's Complete is in; its failure fails the scenario.
+      await completing;
       const exit = await proxy.exited;
       const status = statusName(await lookupOperation(direct, NAMESPACE, key));
 

@@ -33,6 +33,9 @@ import {
   type Operation,
 } from "../src";
 import {
+  MAX_CLAIM_WAIT_MS,
+  claimLeaseGrantedAt,
+  claimWaitMs,
   decideCallInDoubt,
   decideClaimAnswer,
   decideCompleteError,
@@ -107,6 +110,24 @@ describe("decide: Claim", () => {
     });
     assert.equal(decideDue({ outcome: ClaimOutcome.CLAIM_OUTCOME_RECONCILE, lease, operation }, false).kind, "leaveAlone");
     assert.equal(decideDue({ outcome: ClaimOutcome.CLAIM_OUTCOME_ACQUIRED, lease: undefined, operation }, false).kind, "leaveAlone");
+  });
+});
+
+describe("decide: the server's wait and the lease from Claim", () => {
+  test("every Claim asks for the rest of the deadline, at most 30 s, never less than nothing", () => {
+    assert.equal(claimWaitMs(12_345), 12_345);
+    assert.equal(claimWaitMs(120_000), MAX_CLAIM_WAIT_MS);
+    assert.equal(MAX_CLAIM_WAIT_MS, 30_000);
+    assert.equal(claimWaitMs(-5), 0);
+  });
+
+  test("an answer to the first attempt adds the server's wait to its send; an answer to a retry adds nothing", () => {
+    const waited = durationFromMillis(1_200);
+    assert.equal(claimLeaseGrantedAt({ firstAt: 1_000, lastAt: 1_000, attempts: 1 }, waited, 30_000), 2_200);
+    assert.equal(claimLeaseGrantedAt({ firstAt: 1_000, lastAt: 1_000, attempts: 1 }, undefined, 30_000), 1_000);
+    assert.equal(claimLeaseGrantedAt({ firstAt: 1_000, lastAt: 5_000, attempts: 3 }, waited, 30_000), 1_000);
+    // A lease older than a TTL before the last send would have lapsed: the last Claim was granted a new one.
+    assert.equal(claimLeaseGrantedAt({ firstAt: 1_000, lastAt: 40_000, attempts: 3 }, waited, 30_000), 10_000);
   });
 });
 

@@ -24,6 +24,7 @@ import {
 import {
   DEFAULT_BACKOFF_INITIAL_MS,
   DEFAULT_BACKOFF_MAX_MS,
+  MAX_CLAIM_WAIT_MS,
   decideCallInDoubt,
   decideClaimAnswer,
   decideCompleteError,
@@ -55,13 +56,15 @@ interface ClaimAnswer {
   lease?: boolean;
   remote_ref?: string;
   retry_after_ms?: number;
+  /** The server's `waited`; absent: a server that does not wait. */
+  waited_ms?: number;
 }
 
 /** A decision as the file writes it (a wait compared within 1 ms). */
 type Expected = Record<string, unknown>;
 
 interface Table {
-  settings: { backoff_initial_ms: number; backoff_max_ms: number; poll_interval_ms: number };
+  settings: { backoff_initial_ms: number; backoff_max_ms: number; poll_interval_ms: number; max_claim_wait_ms: number };
   transient_error: { name: string; error: ErrorVector; expect: boolean }[];
   retry_delay: { name: string; attempt: number; retry_info_ms?: number; random: number; expect_ms: number }[];
   claim_answer: { name: string; answer: ClaimAnswer; remaining_ms?: number; random?: number; expect: Expected }[];
@@ -134,6 +137,7 @@ function claimResponse(a: ClaimAnswer): ClaimResponse {
     },
     lease: a.lease === true ? { owner: "decisions", fencingToken: 7n, attempt: 1 } : undefined,
     retryAfter: a.retry_after_ms === undefined ? undefined : durationFromMillis(a.retry_after_ms),
+    waited: a.waited_ms === undefined ? undefined : durationFromMillis(a.waited_ms),
   });
 }
 
@@ -163,7 +167,12 @@ describe("decisions: the file", () => {
 
   test("its settings are this client's defaults", () => {
     assert.deepEqual(
-      { backoff_initial_ms: DEFAULT_BACKOFF_INITIAL_MS, backoff_max_ms: DEFAULT_BACKOFF_MAX_MS, poll_interval_ms: DEFAULT_POLL_INTERVAL_MS },
+      {
+        backoff_initial_ms: DEFAULT_BACKOFF_INITIAL_MS,
+        backoff_max_ms: DEFAULT_BACKOFF_MAX_MS,
+        poll_interval_ms: DEFAULT_POLL_INTERVAL_MS,
+        max_claim_wait_ms: MAX_CLAIM_WAIT_MS,
+      },
       table.settings,
     );
   });

@@ -21,9 +21,12 @@ import {
   MessageTooLargeError,
   NotFoundError,
   OperationBusyError,
+  OperationExistsError,
+  OperationStatus,
   OpregClient,
   OpregError,
   STATUS_DETAILS_KEY,
+  TooManyWaitersError,
   UnavailableError,
   Worker,
   withRetries,
@@ -133,6 +136,31 @@ describe("errors: decoding", () => {
     assert.equal(error.callsPerSecond, 5);
     assert.equal(error.retryDelayMs, 150);
     assert.equal(error.transient, true);
+  });
+
+  test("TOO_MANY_WAITERS: TooManyWaitersError, transient, with the replica's limit and the server's delay", () => {
+    const error = typed(
+      answer(GrpcStatus.RESOURCE_EXHAUSTED, "the replica holds 10000 waiting calls", [
+        [ERROR_INFO, errorInfo("TOO_MANY_WAITERS", { limit: "10000" })],
+        [RETRY_INFO, retryInfo(1_000)],
+      ]),
+    );
+    assert.ok(error instanceof TooManyWaitersError && error instanceof UnavailableError);
+    assert.equal(error.limit, 10_000);
+    assert.equal(error.retryDelayMs, 1_000);
+    assert.equal(error.transient, true);
+  });
+
+  test("OPERATION_EXISTS: OperationExistsError with the registered operation's status, not transient", () => {
+    const error = typed(
+      answer(GrpcStatus.ALREADY_EXISTS, "the key is registered", [
+        [ERROR_INFO, errorInfo("OPERATION_EXISTS", { currentStatus: "OPERATION_STATUS_IN_PROGRESS" })],
+      ]),
+    );
+    assert.ok(error instanceof OperationExistsError);
+    assert.equal(error.currentStatus, OperationStatus.OPERATION_STATUS_IN_PROGRESS);
+    assert.equal(error.transient, false);
+    assert.ok(!isTransient(error));
   });
 
   test("OPERATION_BUSY through a real call (an interceptor answers it)", T, async () => {

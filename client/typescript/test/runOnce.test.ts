@@ -8,6 +8,7 @@ import { InterceptingCall, Metadata, status as GrpcStatus, type Interceptor } fr
 import {
   BusinessError,
   ClaimOutcome,
+  ClaimRequest,
   DeadlineExceededError,
   ExecutionKind,
   ExecutionOutcome,
@@ -28,6 +29,7 @@ import {
   TransientError,
   UnavailableError,
   durationFromMillis,
+  millisFromDuration,
   type Lease,
 } from "../src";
 import { seedRetry } from "./fixtures";
@@ -75,6 +77,12 @@ function recordOutcomes(target: OpregClient, onAnswer: (outcome: ClaimOutcome) =
     return response;
   };
   return outcomes;
+}
+
+/** Makes `target` a client of a server that does not wait: its Claims go without `wait`, their answers without `waited`. */
+function withoutWaiting(target: OpregClient): void {
+  const original = target.claim.bind(target);
+  target.claim = async (request, options) => ({ ...(await original({ ...request, wait: undefined }, options)), waited: undefined });
 }
 
 /**
@@ -376,11 +384,57 @@ describe("runOnce", () => {
     }
   });
 
-  test("IN_PROGRESS: waits retry_after, then replays the holder's result", T, async () => {
+  test("every Claim asks the server to wait the rest of the deadline, at most 30 s, and its timeout is extended by the wait", T, async () => {
+    const asked: { waitMs: number; timeoutMs: number }[] = [];
+    const asker = new OpregClient(server.address);
+    const original = asker.claim.bind(asker);
+    asker.claim = (request, options) => {
+      const deadline = options?.deadline as number;
+      asked.push({ waitMs: millisFromDuration(ClaimRequest.fromPartial(request).wait), timeoutMs: deadline - Date.now() });
+      return original(request, options);
+    };
+    try {
+      await asker.runOnce(ns, key("asks-long"), { n: 1 }, () => "done", { timeoutMs: 120_000, callTimeoutMs: 5_000 });
+      await asker.runOnce(ns, key("asks-short"), { n: 1 }, () => "done", { timeoutMs: 8_000, callTimeoutMs: 5_000 });
+    } finally {
+      asker.close();
+    }
+    const [long, short] = asked;
+    assert.equal(long.waitMs, 30_000);
+    assert.ok(long.timeoutMs > 34_900 && long.timeoutMs <= 35_000, `timeout ${long.timeoutMs} ms`);
+    assert.ok(short.waitMs > 7_900 && short.waitMs <= 8_000, `wait ${short.waitMs} ms`);
+    assert.ok(short.timeoutMs > short.waitMs + 4_900 && short.timeoutMs <= short.waitMs + 5_000, `timeout ${short.timeoutMs} ms`);
+  });
+
+  test("IN_PROGRESS from a server that waits: one Claim, held until the holder completes, replays its result", T, async () => {
+    const k = key("busy-waiting");
+    const held = await client.claim({ namespace: ns, operationKey: k, parameters: { n: 1 }, owner: "holder", leaseTtl: durationFromMillis(30_000) });
+    assert.equal(held.outcome, ClaimOutcome.CLAIM_OUTCOME_ACQUIRED);
+    const waiter = new OpregClient(server.address);
+    const outcomes = recordOutcomes(waiter);
+    try {
+      const started = Date.now();
+      const completing = sleep(300).then(() =>
+        client.complete({ namespace: ns, operationKey: k, fencingToken: held.lease!.fencingToken, success: { result: Buffer.from("holder's") } }),
+      );
+      const result = await waiter.runOnce(ns, k, { n: 1 }, () => "never", { timeoutMs: 10_000 });
+      const elapsed = Date.now() - started;
+      await completing;
+      assert.deepEqual(outcomes, [ClaimOutcome.CLAIM_OUTCOME_REPLAYED]);
+      assert.ok(elapsed >= 250 && elapsed < 2_000, `took ${elapsed} ms`);
+      assert.equal(result.replayed, true);
+      assert.equal(result.text, "holder's");
+    } finally {
+      waiter.close();
+    }
+  });
+
+  test("IN_PROGRESS from a server that does not wait: waits retry_after, then replays the holder's result", T, async () => {
     const k = key("busy");
     const held = await client.claim({ namespace: ns, operationKey: k, parameters: { n: 1 }, owner: "holder", leaseTtl: durationFromMillis(1_500) });
     assert.equal(held.outcome, ClaimOutcome.CLAIM_OUTCOME_ACQUIRED);
     const waiter = new OpregClient(server.address);
+    withoutWaiting(waiter);
     try {
       // The holder completes once the waiter has been told IN_PROGRESS.
       let completing: Promise<unknown> | undefined;
@@ -399,7 +453,7 @@ describe("runOnce", () => {
     }
   });
 
-  test("a TransientError is recorded retryable and claimed again: RETRY_LATER is waited out, then the retry runs", T, async () => {
+  test("a TransientError is recorded retryable and claimed again: RETRY_LATER is waited out (by the server), then the retry runs", T, async () => {
     const k = key("pushback");
     const retrier = new OpregClient(server.address);
     const outcomes = recordOutcomes(retrier);
@@ -415,8 +469,9 @@ describe("runOnce", () => {
       assert.equal(runs, 2);
       assert.equal(outcomes[0], ClaimOutcome.CLAIM_OUTCOME_ACQUIRED);
       assert.equal(outcomes.at(-1), ClaimOutcome.CLAIM_OUTCOME_ACQUIRED);
+      // A server that waits holds the Claim until the retry is due: no RETRY_LATER, or a few.
       const between = outcomes.slice(1, -1);
-      assert.ok(between.length >= 1 && between.every((o) => o === ClaimOutcome.CLAIM_OUTCOME_RETRY_LATER), JSON.stringify(outcomes));
+      assert.ok(between.every((o) => o === ClaimOutcome.CLAIM_OUTCOME_RETRY_LATER), JSON.stringify(outcomes));
       const found = await client.lookup({ namespace: ns, operationKey: k, includeExecutions: true });
       assert.deepEqual(found.executions.map((e) => e.outcome), [
         ExecutionOutcome.EXECUTION_OUTCOME_RETRYABLE,
@@ -501,17 +556,41 @@ describe("runOnce", () => {
     assert.ok(elapsed < 2_000, `took ${elapsed} ms`);
   });
 
-  test("a wait that cannot end before the overall deadline fails at once", T, async () => {
+  test("IN_PROGRESS past the deadline: a server that waits holds the Claim until the deadline", T, async () => {
+    const k = key("deadline-waiting");
+    await client.claim({ namespace: ns, operationKey: k, parameters: { n: 1 }, owner: "holder", leaseTtl: durationFromMillis(30_000) });
+    const waiter = new OpregClient(server.address);
+    const outcomes = recordOutcomes(waiter);
+    try {
+      const started = Date.now();
+      const error = await waiter.runOnce(ns, k, { n: 1 }, () => "never", { timeoutMs: 800 }).catch((e) => e);
+      const elapsed = Date.now() - started;
+      assert.ok(error instanceof DeadlineExceededError, String(error));
+      assert.ok(elapsed >= 600 && elapsed < 2_000, `took ${elapsed} ms`);
+      assert.ok(outcomes.length >= 1 && outcomes.every((o) => o === ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS), JSON.stringify(outcomes));
+    } finally {
+      waiter.close();
+    }
+  });
+
+  test("IN_PROGRESS from a server that does not wait: a poll that cannot end before the overall deadline fails at once", T, async () => {
     const k = key("deadline");
     await client.claim({ namespace: ns, operationKey: k, parameters: { n: 1 }, owner: "holder", leaseTtl: durationFromMillis(30_000) });
-    const started = Date.now();
-    // IN_PROGRESS for 30 s, waited at most the poll interval (1 s) at a time: past an 800 ms deadline.
-    const error = await client.runOnce(ns, k, { n: 1 }, () => "never", { timeoutMs: 800 }).catch((e) => e);
-    assert.ok(error instanceof DeadlineExceededError, String(error));
-    assert.ok(Date.now() - started < 500, `took ${Date.now() - started} ms`);
+    const impatient = new OpregClient(server.address);
+    withoutWaiting(impatient);
+    try {
+      const started = Date.now();
+      // IN_PROGRESS for 30 s, polled at most the poll interval (1 s) apart: past an 800 ms deadline.
+      const error = await impatient.runOnce(ns, k, { n: 1 }, () => "never", { timeoutMs: 800 }).catch((e) => e);
+      assert.ok(error instanceof DeadlineExceededError, String(error));
+      assert.ok(Date.now() - started < 500, `took ${Date.now() - started} ms`);
+    } finally {
+      impatient.close();
+    }
 
     // Within a longer deadline, the holder's lease is polled every pollIntervalMs (plus jitter).
     const poller = new OpregClient(server.address);
+    withoutWaiting(poller);
     const outcomes = recordOutcomes(poller);
     try {
       const polled = await poller.runOnce(ns, k, { n: 1 }, () => "never", { timeoutMs: 2_000, pollIntervalMs: 300 }).catch((e) => e);

@@ -32,7 +32,7 @@ import { REPO_ROOT, startServer, type TestServer } from "./server";
 /** Names this client in the scenarios' keys and namespaces. */
 export const LANGUAGE = "typescript";
 const BEFORE_OWNER = "conformance-before";
-/** The `in_progress` preparation holds its lease this long: past any scenario. */
+/** The `in_progress` preparation holds its lease this long (unless `before_lease_ttl_ms` says): past any scenario. */
 const IN_PROGRESS_LEASE_MS = 30_000;
 /** How long `hang` waits for its signal before it gives up and returns. */
 const HANG_MS = 10_000;
@@ -167,18 +167,24 @@ export interface Prepared {
   parameters: JsonObject;
   /** The lease of the preparing Claim (`in_progress` holds its own, longer one). */
   leaseTtlMs: number;
+  /** The lease `in_progress` holds; default IN_PROGRESS_LEASE_MS. */
+  inProgressLeaseTtlMs?: number;
   retryPolicy: RetryPolicyOptions;
 }
 
-/** Puts the operation where the scenario's `before` says, as owner `conformance-before`. */
-export async function prepare(client: OpregClient, what: string, operation: Prepared): Promise<void> {
+/**
+ * Puts the operation where the scenario's `before` says, as owner
+ * `conformance-before`; returns that owner's lease (still held after `in_progress`).
+ */
+export async function prepare(client: OpregClient, what: string, operation: Prepared): Promise<Lease> {
   const { namespace, key, parameters, retryPolicy } = operation;
+  const leaseTtlMs = what === "in_progress" ? (operation.inProgressLeaseTtlMs ?? IN_PROGRESS_LEASE_MS) : operation.leaseTtlMs;
   const claimed = await client.claim({
     namespace,
     operationKey: key,
     parameters,
     owner: BEFORE_OWNER,
-    leaseTtl: durationFromMillis(what === "in_progress" ? IN_PROGRESS_LEASE_MS : operation.leaseTtlMs),
+    leaseTtl: durationFromMillis(leaseTtlMs),
     retryPolicy: {
       maxAttempts: retryPolicy.maxAttempts,
       initialBackoff: durationFromMillis(retryPolicy.initialBackoffMs),
@@ -187,28 +193,50 @@ export async function prepare(client: OpregClient, what: string, operation: Prep
     },
   });
   assert.ok(claimed.lease !== undefined, `before: the Claim was not ACQUIRED (${claimed.outcome})`);
-  const complete = { namespace, operationKey: key, fencingToken: claimed.lease.fencingToken };
+  const lease = claimed.lease;
+  const complete = { namespace, operationKey: key, fencingToken: lease.fencingToken };
   switch (what) {
     case "success":
-      await client.complete({ ...complete, success: { result: Buffer.from("before") } });
-      return;
+      await completeBefore(client, operation, lease);
+      return lease;
     case "failure":
       await client.complete({ ...complete, failure: { code: "before_failed", message: "failed before" } });
-      return;
+      return lease;
     case "unknown":
       await client.complete({ ...complete, unknown: { remoteRef: "remote-before", message: "unknown before" } });
-      return;
+      return lease;
     case "retry_due":
       await client.complete({
         ...complete,
         retryable: { errorClass: "BEFORE", message: "retryable before", retryAfter: durationFromMillis(1) },
       });
-      return;
+      return lease;
     case "in_progress":
-      return;
+      return lease;
     default:
       throw new Error(`unknown before ${what}`);
   }
+}
+
+/** The `before` owner completes its lease with success, result `before`. */
+async function completeBefore(client: OpregClient, operation: Pick<Prepared, "namespace" | "key">, lease: Lease): Promise<void> {
+  await client.complete({
+    namespace: operation.namespace,
+    operationKey: operation.key,
+    fencingToken: lease.fencingToken,
+    success: { result: Buffer.from("before") },
+  });
+}
+
+/**
+ * `completeBefore` after `ms` (a scenario's `before_complete_after_ms`), in the
+ * background: the runner awaits the promise before it judges the scenario, so a
+ * failed Complete fails it. Never an unhandled rejection meanwhile.
+ */
+export function completeBeforeAfter(client: OpregClient, operation: Pick<Prepared, "namespace" | "key">, lease: Lease, ms: number): Promise<void> {
+  const completing = sleep(ms).then(() => completeBefore(client, operation, lease));
+  completing.catch(() => undefined);
+  return completing;
 }
 
 // ---- afterwards ----

@@ -18,11 +18,13 @@ import {
   LeaseNotHeldError,
   NotFoundError,
   NothingToCompensateError,
+  OperationExistsError,
   OperationStatus,
   OpregClient,
   OpregError,
   ParameterConflictError,
   parametersDigest,
+  ReusePolicy,
   StaleFencingTokenError,
   toHex,
   UnavailableError,
@@ -135,6 +137,32 @@ describe("wrappers", () => {
       assert.equal(toHex(claimed.operation!.parametersDigest), vector.sha256, vector.name);
       assert.equal(toHex(parametersDigest(parameters)), vector.sha256, vector.name);
     }
+  });
+
+  test("lookup waits until the status moves; claim's reuse policies", T, async () => {
+    const k = key("reuse");
+    const request = { namespace: ns, operationKey: k, parameters: { amount: 1 }, owner: "w1", leaseTtl: durationFromMillis(5_000) };
+    const claimed = await client.claim(request);
+    const looking = client.lookup(
+      { namespace: ns, operationKey: k, wait: durationFromMillis(5_000), changedFrom: OperationStatus.OPERATION_STATUS_IN_PROGRESS },
+      { timeoutMs: 10_000 },
+    );
+    await sleep(200);
+    await client.complete({ namespace: ns, operationKey: k, fencingToken: claimed.lease!.fencingToken, failure: { code: "DECLINED", message: "no" } });
+    const moved = await looking;
+    assert.equal(moved.operation!.status, OperationStatus.OPERATION_STATUS_FAILED);
+    assert.ok(moved.waited !== undefined, "a server that waits says how long");
+
+    // REPLAY (the default) replays the failure; AFTER_FAILURE starts it again; REJECT_EXISTING refuses the key.
+    assert.equal((await client.claim({ ...request, owner: "w2" })).outcome, ClaimOutcome.CLAIM_OUTCOME_REPLAYED);
+    const reused = await client.claim({ ...request, owner: "w2", reuse: ReusePolicy.REUSE_POLICY_AFTER_FAILURE });
+    assert.equal(reused.outcome, ClaimOutcome.CLAIM_OUTCOME_ACQUIRED);
+    assert.ok(reused.lease!.fencingToken > claimed.lease!.fencingToken);
+    const refused = await client.claim({ ...request, owner: "w3", reuse: ReusePolicy.REUSE_POLICY_REJECT_EXISTING }).catch((e) => e);
+    assert.ok(refused instanceof OperationExistsError, String(refused));
+    assert.equal(refused.currentStatus, OperationStatus.OPERATION_STATUS_IN_PROGRESS);
+    const found = await client.lookup({ namespace: ns, operationKey: k, includeExecutions: true });
+    assert.equal(found.executions.at(-1)!.kind, ExecutionKind.EXECUTION_KIND_REUSE);
   });
 
   test("PARAMETER_CONFLICT -> ParameterConflictError with digests and fields", T, async () => {

@@ -1,5 +1,5 @@
 //! What one request may ask for: lease lengths, sizes of results and
-//! parameters, calls in flight, and calls per second per namespace.
+//! parameters, calls in flight, calls per second per namespace, and waits.
 
 use std::time::Duration;
 
@@ -8,6 +8,7 @@ use clap::Args;
 use super::values::{Overrides, optional_per_namespace};
 use crate::domain::policy::{LeaseBounds, PerNamespace};
 use crate::grpc::ParameterLimits;
+use crate::registry::WaitSettings;
 
 /// Limits.
 #[derive(Clone, Debug, Args)]
@@ -54,6 +55,18 @@ pub struct Limits {
     /// Per-namespace rate limits in calls per second, e.g. `payments=500,reports=20`.
     #[arg(long, env = "OPREG_NAMESPACE_RATE_LIMITS", default_value = "")]
     pub namespace_rate_limits: Overrides<u32>,
+
+    /// Longest a Claim or Lookup may wait for its operation to move (longer
+    /// waits are cut to this); 0 turns waiting off, and calls are answered at
+    /// once as by a server that does not wait.
+    #[arg(long, env = "OPREG_MAX_WAIT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub max_wait: Duration,
+
+    /// Calls that may wait at once on this replica; more are
+    /// RESOURCE_EXHAUSTED / TOO_MANY_WAITERS with a RetryInfo. A waiting call
+    /// holds no database connection and no place among the calls in flight.
+    #[arg(long, env = "OPREG_MAX_WAITERS", default_value_t = 10_000)]
+    pub max_waiters: usize,
 }
 
 /// A limit that cannot stand.
@@ -101,5 +114,12 @@ impl Limits {
     /// Calls per second by namespace (`None`: unlimited).
     pub fn rate_limits(&self) -> PerNamespace<Option<u32>> {
         optional_per_namespace(self.rate_limit, &self.namespace_rate_limits)
+    }
+
+    pub fn wait_settings(&self) -> WaitSettings {
+        WaitSettings {
+            max_wait: self.max_wait,
+            max_waiters: self.max_waiters,
+        }
     }
 }

@@ -16,6 +16,10 @@ pub enum AdminAction {
     Requeue,
     Hold,
     Release,
+    /// Not an operator's: a Claim whose reuse policy allowed it started a
+    /// FAILED or DEAD operation again; recorded here so the trail shows every
+    /// change to a finished operation.
+    Reuse,
 }
 
 impl AdminAction {
@@ -25,6 +29,7 @@ impl AdminAction {
             AdminAction::Requeue => "requeue",
             AdminAction::Hold => "hold",
             AdminAction::Release => "release",
+            AdminAction::Reuse => "reuse",
         }
     }
 }
@@ -38,6 +43,7 @@ impl TryFrom<String> for AdminAction {
             AdminAction::Requeue,
             AdminAction::Hold,
             AdminAction::Release,
+            AdminAction::Reuse,
         ]
         .into_iter()
         .find(|action| action.as_str() == value)

@@ -20,6 +20,28 @@ pub enum ClaimOutcome {
     Held,
 }
 
+/// What a Claim may do with a key that is already registered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ReusePolicy {
+    /// The operation answers as its status says; a recorded result is
+    /// replayed forever.
+    #[default]
+    Replay,
+    /// As `Replay`, but a FAILED or DEAD operation starts again under a new
+    /// token and a fresh budget.
+    AfterFailure,
+    /// Any existing key is refused: only the registering Claim proceeds.
+    RejectExisting,
+}
+
+impl ClaimOutcome {
+    /// IN_PROGRESS and RETRY_LATER tell the caller to ask again later; a
+    /// waiting Claim holds on to them until the operation moves.
+    pub fn asks_to_wait(self) -> bool {
+        matches!(self, ClaimOutcome::InProgress | ClaimOutcome::RetryLater)
+    }
+}
+
 /// How long a caller told HELD waits before asking again: holds last as long
 /// as an investigation, so callers should not poll them tightly.
 pub const HELD_RETRY_AFTER: Duration = Duration::from_secs(60);
@@ -39,20 +61,31 @@ pub enum ClaimStep {
     Exhaust,
 }
 
-/// Decides a Claim by `owner` at database time `now`.
-pub fn decide(operation: &Operation, owner: &str, now: DateTime<Utc>) -> ClaimStep {
+/// Decides a Claim by `owner` at database time `now`. `reuse` matters only
+/// for a FAILED or DEAD operation (`RejectExisting` is refused before any
+/// decision); a SUCCEEDED one is replayed under every policy.
+pub fn decide(
+    operation: &Operation,
+    owner: &str,
+    now: DateTime<Utc>,
+    reuse: ReusePolicy,
+) -> ClaimStep {
     let answer = |outcome, retry_after| ClaimStep::Answer {
         outcome,
         retry_after,
     };
-    if let Status::Succeeded | Status::Failed = operation.status {
-        return answer(ClaimOutcome::Replayed, None);
+    let start_again = reuse == ReusePolicy::AfterFailure;
+    match operation.status {
+        Status::Failed if start_again => return ClaimStep::Start(ExecutionKind::Reuse),
+        Status::Succeeded | Status::Failed => return answer(ClaimOutcome::Replayed, None),
+        _ => {}
     }
     if operation.is_held() {
         return answer(ClaimOutcome::Held, Some(HELD_RETRY_AFTER));
     }
     match operation.status {
         Status::Succeeded | Status::Failed => answer(ClaimOutcome::Replayed, None),
+        Status::Dead if start_again => ClaimStep::Start(ExecutionKind::Reuse),
         Status::Dead => answer(ClaimOutcome::Dead, None),
         Status::Unknown => ClaimStep::Start(ExecutionKind::Reconcile),
         Status::InProgress => {
@@ -95,9 +128,10 @@ pub fn decide(operation: &Operation, owner: &str, now: DateTime<Utc>) -> ClaimSt
 pub fn started_outcome(kind: ExecutionKind) -> ClaimOutcome {
     match kind {
         ExecutionKind::Reconcile => ClaimOutcome::Reconcile,
-        ExecutionKind::First | ExecutionKind::Retry | ExecutionKind::Takeover => {
-            ClaimOutcome::Acquired
-        }
+        ExecutionKind::First
+        | ExecutionKind::Retry
+        | ExecutionKind::Takeover
+        | ExecutionKind::Reuse => ClaimOutcome::Acquired,
     }
 }
 
@@ -167,14 +201,14 @@ pub(crate) mod tests {
         let now = Utc::now();
         let op = operation(Status::InProgress, now);
         assert_eq!(
-            decide(&op, "holder", now),
+            decide(&op, "holder", now, ReusePolicy::Replay),
             ClaimStep::Answer {
                 outcome: ClaimOutcome::Acquired,
                 retry_after: None
             }
         );
         assert_eq!(
-            decide(&op, "other", now),
+            decide(&op, "other", now, ReusePolicy::Replay),
             ClaimStep::Answer {
                 outcome: ClaimOutcome::InProgress,
                 retry_after: Some(Duration::from_secs(30))
@@ -190,7 +224,7 @@ pub(crate) mod tests {
         op.attempts = op.budget.max_attempts;
         op.lease_expires_at = Some(now - TimeDelta::seconds(1));
         assert_eq!(
-            decide(&op, "other", now),
+            decide(&op, "other", now, ReusePolicy::Replay),
             ClaimStep::Start(ExecutionKind::Reconcile)
         );
     }
@@ -201,11 +235,56 @@ pub(crate) mod tests {
         let mut op = operation(Status::InProgress, now);
         op.lease_expires_at = Some(now);
         assert_eq!(
-            decide(&op, "other", now),
+            decide(&op, "other", now, ReusePolicy::Replay),
             ClaimStep::Start(ExecutionKind::Takeover)
         );
         op.attempts = op.budget.max_attempts;
-        assert_eq!(decide(&op, "other", now), ClaimStep::Exhaust);
+        assert_eq!(
+            decide(&op, "other", now, ReusePolicy::Replay),
+            ClaimStep::Exhaust
+        );
+    }
+
+    #[test]
+    fn reuse_after_failure_starts_failed_and_dead_again_never_a_success() {
+        let now = Utc::now();
+        let after = ReusePolicy::AfterFailure;
+        let reuse = ClaimStep::Start(ExecutionKind::Reuse);
+        assert_eq!(
+            decide(&operation(Status::Failed, now), "x", now, after),
+            reuse
+        );
+        assert_eq!(
+            decide(&operation(Status::Dead, now), "x", now, after),
+            reuse
+        );
+        assert_eq!(
+            decide(&operation(Status::Succeeded, now), "x", now, after),
+            ClaimStep::Answer {
+                outcome: ClaimOutcome::Replayed,
+                retry_after: None
+            }
+        );
+        let mut held = operation(Status::Dead, now);
+        held.held_at = Some(now);
+        assert_eq!(
+            decide(&held, "x", now, after),
+            ClaimStep::Answer {
+                outcome: ClaimOutcome::Held,
+                retry_after: Some(HELD_RETRY_AFTER)
+            },
+            "an operator's hold wins over reuse"
+        );
+        for &status in Status::ALL {
+            if !matches!(status, Status::Failed | Status::Dead) {
+                let op = operation(status, now);
+                assert_eq!(
+                    decide(&op, "x", now, after),
+                    decide(&op, "x", now, ReusePolicy::Replay),
+                    "{status:?} decides alike under every policy"
+                );
+            }
+        }
     }
 
     proptest! {
@@ -228,7 +307,7 @@ pub(crate) mod tests {
             let owner = if same_owner { "holder" } else { "other" };
             let held = held && !matches!(status, Status::Succeeded | Status::Failed);
             if held { op.held_at = Some(now); }
-            let step = decide(&op, owner, now);
+            let step = decide(&op, owner, now, ReusePolicy::Replay);
             if held {
                 prop_assert_eq!(step, ClaimStep::Answer { outcome: ClaimOutcome::Held, retry_after: Some(HELD_RETRY_AFTER) });
                 return Ok(());

@@ -6,6 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::admin::{Actor, Resolution};
+use super::claim::ReusePolicy;
 use super::complete::Report;
 use super::ids::{FencingToken, Namespace, OperationKey};
 use super::operation::Status;
@@ -21,6 +22,10 @@ pub struct ClaimCommand {
     /// The caller's policy, or the server default; used only on registration.
     pub retry_policy: RetryPolicy,
     pub compensates: Option<OperationKey>,
+    /// What an existing key allows.
+    pub reuse: ReusePolicy,
+    /// The authenticated caller, for the audit row of a reuse.
+    pub principal: String,
 }
 
 impl ClaimCommand {

@@ -84,6 +84,15 @@ pub enum RegistryError {
         calls_per_second: u32,
         retry_after: std::time::Duration,
     },
+    #[error("the operation key is already registered ({})", .status.as_str())]
+    OperationExists { status: super::operation::Status },
+    #[error(
+        "this server holds its limit of {limit} waiting calls; claim again without a wait, or later"
+    )]
+    TooManyWaiters {
+        limit: usize,
+        retry_after: std::time::Duration,
+    },
     #[error("internal error")]
     Internal,
 }

@@ -167,6 +167,9 @@ pub enum ExecutionKind {
     Retry,
     Takeover,
     Reconcile,
+    /// A FAILED or DEAD operation started again by a Claim whose reuse policy
+    /// allows it (`ReusePolicy::AfterFailure`).
+    Reuse,
 }
 
 stored_as_text!(ExecutionKind {
@@ -174,6 +177,7 @@ stored_as_text!(ExecutionKind {
     Retry => "retry",
     Takeover => "takeover",
     Reconcile => "reconcile",
+    Reuse => "reuse",
 });
 
 /// How an execution ended. Stored as lowercase text.

@@ -9,6 +9,7 @@ pub(crate) mod responses;
 pub(crate) mod status;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use opreg_proto::v1 as pb;
 use opreg_proto::v1::operation_registry_server::{OperationRegistry, OperationRegistryServer};
@@ -19,7 +20,7 @@ use crate::domain::error::RegistryError;
 use crate::domain::operation::Operation;
 use crate::registry::{ClaimAnswer, Registry};
 use crate::telemetry::metrics;
-use crate::transport::{MessageLimits, RateLimits};
+use crate::transport::{InFlight, MessageLimits, RateLimits, StopsAt};
 
 pub use admin::AdminService;
 pub use requests::{ParameterLimits, RequestLimits};
@@ -224,13 +225,19 @@ impl OperationRegistry for RegistryService {
         } else {
             responses::Parameters::Omitted
         };
+        let (_, extensions, lookup) = request.into_parts();
         let found = async {
+            let (query, wait, changed_from) = requests::waiting_lookup(lookup)?;
+            let wait = within_deadline(&extensions, wait);
             self.registry
-                .lookup(&requests::lookup(request.into_inner())?)
+                .lookup_waiting(&query, (wait, changed_from), leave_in_flight(&extensions))
                 .await
         }
         .await;
-        reply(found, |answer| responses::lookup(answer, parameters))
+        reply(found, |found| pb::LookupResponse {
+            waited: found.waited.map(responses::duration),
+            ..responses::lookup(found.answer, parameters)
+        })
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(namespace = %request.get_ref().namespace, key = %request.get_ref().operation_key, token = request.get_ref().fencing_token))]
@@ -364,15 +371,24 @@ impl RegistryService {
         extensions: &tonic::Extensions,
         request: pb::ClaimRequest,
     ) -> Result<pb::ClaimResponse, Status> {
-        self.gate.admit_in(extensions, &request.namespace)?;
+        let caller = self.gate.admit_in(extensions, &request.namespace)?;
         let namespace = request.namespace.clone();
+        let mut waited = None;
         let answer = async {
-            self.registry
-                .claim(&requests::claim(request, &self.limits)?)
-                .await
+            let (mut claim, wait) = requests::waiting_claim(request, &self.limits)?;
+            let wait = within_deadline(extensions, wait);
+            claim.principal = caller.name().to_owned();
+            let held = self
+                .registry
+                .claim_waiting(&claim, wait, leave_in_flight(extensions))
+                .await?;
+            waited = held.waited;
+            Ok(held.answer)
         }
         .await;
-        claim_answered(&namespace, answer)
+        let mut response = claim_answered(&namespace, answer)?;
+        response.waited = waited.map(responses::duration);
+        Ok(response)
     }
 
     async fn complete_one(
@@ -388,6 +404,28 @@ impl RegistryService {
         }
         .await;
         completed(recorded)
+    }
+}
+
+/// The longest a call may wait, answering before the edge stops it for its
+/// caller's deadline: `asked`, less a fifth of the time left (at most a
+/// second), which the read that answers gets.
+fn within_deadline(extensions: &tonic::Extensions, asked: Duration) -> Duration {
+    let Some(StopsAt(stops_at)) = extensions.get::<StopsAt>().copied() else {
+        return asked;
+    };
+    let left = stops_at.saturating_duration_since(tokio::time::Instant::now());
+    asked.min(left - (left / 5).min(Duration::from_secs(1)))
+}
+
+/// What a call that starts waiting runs: it gives up its place among the
+/// calls in flight.
+fn leave_in_flight(extensions: &tonic::Extensions) -> impl FnOnce() + use<> {
+    let in_flight = extensions.get::<InFlight>().cloned();
+    move || {
+        if let Some(in_flight) = in_flight {
+            in_flight.leave();
+        }
     }
 }
 

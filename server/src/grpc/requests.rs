@@ -5,6 +5,7 @@ use std::time::Duration;
 use opreg_proto::v1 as pb;
 
 use crate::domain::admin::{Actor, Resolution};
+use crate::domain::claim::ReusePolicy;
 use crate::domain::commands::{
     AdminCommand, AdminTarget, ClaimCommand, ClaimDueCommand, CompleteCommand, FencedWriteCommand,
     LeaseRequest, ListQuery, LookupQuery, PageCursor, RenewCommand, ResourceQuery,
@@ -151,8 +152,46 @@ impl Checks {
     }
 }
 
+/// A unary Claim: the command, and how long the caller will wait for an
+/// answer it can act on (zero: none).
+pub fn waiting_claim(
+    request: pb::ClaimRequest,
+    limits: &RequestLimits,
+) -> Result<(ClaimCommand, Duration)> {
+    let mut checks = Checks::default();
+    let wait = checks.value(optional_duration("wait", request.wait));
+    let command = claim_checked(request, limits, &mut checks);
+    checks.finish(command.zip(wait.map(Option::unwrap_or_default)))
+}
+
+/// A Claim answered at once: in a batch, or in the caller's transaction.
 pub fn claim(request: pb::ClaimRequest, limits: &RequestLimits) -> Result<ClaimCommand> {
     let mut checks = Checks::default();
+    checks.check(answered_at_once(request.wait));
+    let command = claim_checked(request, limits, &mut checks);
+    checks.finish(command)
+}
+
+/// Only a Claim or Lookup of its own, over gRPC, waits: a batch item or a
+/// call in the caller's transaction (which would hold its locks meanwhile)
+/// that asks to is refused rather than answered at once unannounced.
+fn answered_at_once(
+    wait: Option<prost_types::Duration>,
+) -> std::result::Result<(), FieldViolation> {
+    match wait {
+        Some(wait) if wait != prost_types::Duration::default() => Err(FieldViolation::new(
+            "wait",
+            "only a Claim or Lookup of its own waits; this one is answered at once",
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn claim_checked(
+    request: pb::ClaimRequest,
+    limits: &RequestLimits,
+    checks: &mut Checks,
+) -> Option<ClaimCommand> {
     let (namespace, operation_key) = checks.identity(request.namespace, request.operation_key);
     let lease = checks.lease_request(
         request.owner,
@@ -180,17 +219,29 @@ pub fn claim(request: pb::ClaimRequest, limits: &RequestLimits) -> Result<ClaimC
         None => Some(limits.default_retry_policy),
         Some(policy) => checks.value(retry_policy(policy)),
     };
-    let command = (|| {
-        Some(ClaimCommand {
-            namespace: namespace?,
-            operation_key: operation_key?,
-            fingerprint: fingerprint?,
-            lease: lease?,
-            retry_policy: retry_policy?,
-            compensates: compensates?,
-        })
-    })();
-    checks.finish(command)
+    let reuse = checks.value(reuse_policy(request.reuse));
+    Some(ClaimCommand {
+        namespace: namespace?,
+        operation_key: operation_key?,
+        fingerprint: fingerprint?,
+        lease: lease?,
+        retry_policy: retry_policy?,
+        compensates: compensates?,
+        reuse: reuse?,
+        principal: String::new(),
+    })
+}
+
+fn reuse_policy(value: i32) -> std::result::Result<ReusePolicy, FieldViolation> {
+    match pb::ReusePolicy::try_from(value) {
+        Ok(pb::ReusePolicy::Unspecified | pb::ReusePolicy::Replay) => Ok(ReusePolicy::Replay),
+        Ok(pb::ReusePolicy::AfterFailure) => Ok(ReusePolicy::AfterFailure),
+        Ok(pb::ReusePolicy::RejectExisting) => Ok(ReusePolicy::RejectExisting),
+        Err(_) => Err(FieldViolation::new(
+            "reuse",
+            format!("unknown reuse policy {value}"),
+        )),
+    }
 }
 
 /// Most operations one ClaimDue hands out, or one ListOperations page holds.
@@ -299,18 +350,56 @@ pub fn fenced_write(
     checks.finish(command)
 }
 
+/// A unary Lookup: the query, how long to wait for the status to move (zero:
+/// none) and the status it must move from (`None`: the one found first).
+pub fn waiting_lookup(
+    request: pb::LookupRequest,
+) -> Result<(LookupQuery, Duration, Option<Status>)> {
+    let mut checks = Checks::default();
+    let wait = checks.value(optional_duration("wait", request.wait));
+    let changed_from = checks.value(known_status("changed_from", request.changed_from));
+    let query = lookup_checked(request, &mut checks);
+    checks.finish((|| {
+        Some((query?, wait?.unwrap_or_default(), changed_from?))
+    })())
+}
+
+/// Any status by its protobuf number; `None` for UNSPECIFIED.
+fn known_status(
+    field: &'static str,
+    value: i32,
+) -> std::result::Result<Option<Status>, FieldViolation> {
+    match pb::OperationStatus::try_from(value) {
+        Ok(pb::OperationStatus::Unspecified) => Ok(None),
+        Ok(pb::OperationStatus::InProgress) => Ok(Some(Status::InProgress)),
+        Ok(pb::OperationStatus::Succeeded) => Ok(Some(Status::Succeeded)),
+        Ok(pb::OperationStatus::Failed) => Ok(Some(Status::Failed)),
+        Ok(pb::OperationStatus::RetryScheduled) => Ok(Some(Status::RetryScheduled)),
+        Ok(pb::OperationStatus::Unknown) => Ok(Some(Status::Unknown)),
+        Ok(pb::OperationStatus::Dead) => Ok(Some(Status::Dead)),
+        Err(_) => Err(FieldViolation::new(
+            field,
+            format!("unknown status {value}"),
+        )),
+    }
+}
+
+/// A Lookup answered at once: in the caller's transaction.
 pub fn lookup(request: pb::LookupRequest) -> Result<LookupQuery> {
     let mut checks = Checks::default();
+    checks.check(answered_at_once(request.wait));
+    let query = lookup_checked(request, &mut checks);
+    checks.finish(query)
+}
+
+fn lookup_checked(request: pb::LookupRequest, checks: &mut Checks) -> Option<LookupQuery> {
     let (namespace, operation_key) = checks.identity(request.namespace, request.operation_key);
-    let command = (|| {
-        Some(LookupQuery {
-            namespace: namespace?,
-            operation_key: operation_key?,
-            include_executions: request.include_executions,
-            include_audit: request.include_audit,
-        })
-    })();
-    checks.finish(command)
+    Some(LookupQuery {
+        namespace: namespace?,
+        operation_key: operation_key?,
+        include_executions: request.include_executions,
+        include_audit: request.include_audit,
+    })
 }
 
 pub fn get_resource(request: pb::GetResourceRequest) -> Result<ResourceQuery> {

@@ -23,6 +23,7 @@ pub fn claim(answer: ClaimAnswer) -> pb::ClaimResponse {
         lease: answer.lease().map(lease),
         retry_after: answer.retry_after.map(duration),
         operation: Some(operation(answer.operation, Parameters::Omitted)),
+        waited: None,
     }
 }
 
@@ -44,6 +45,7 @@ pub fn lookup(answer: LookupAnswer, parameters: Parameters) -> pb::LookupRespons
         operation: Some(operation(answer.operation, parameters)),
         executions: answer.executions.into_iter().map(execution).collect(),
         audit: answer.audit.into_iter().map(audit).collect(),
+        waited: None,
     }
 }
 
@@ -199,6 +201,7 @@ fn admin_action(action: AdminAction) -> pb::AdminAction {
         AdminAction::Requeue => pb::AdminAction::Requeue,
         AdminAction::Hold => pb::AdminAction::Hold,
         AdminAction::Release => pb::AdminAction::Release,
+        AdminAction::Reuse => pb::AdminAction::Reuse,
     }
 }
 
@@ -219,6 +222,7 @@ fn execution_kind(kind: ExecutionKind) -> pb::ExecutionKind {
         ExecutionKind::Retry => pb::ExecutionKind::Retry,
         ExecutionKind::Takeover => pb::ExecutionKind::Takeover,
         ExecutionKind::Reconcile => pb::ExecutionKind::Reconcile,
+        ExecutionKind::Reuse => pb::ExecutionKind::Reuse,
     }
 }
 
@@ -241,7 +245,7 @@ fn timestamp(at: DateTime<Utc>) -> prost_types::Timestamp {
     }
 }
 
-fn duration(duration: std::time::Duration) -> prost_types::Duration {
+pub(crate) fn duration(duration: std::time::Duration) -> prost_types::Duration {
     prost_types::Duration {
         seconds: i64::try_from(duration.as_secs()).unwrap_or(i64::MAX),
         nanos: i32::try_from(duration.subsec_nanos()).unwrap_or(0),

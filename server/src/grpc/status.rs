@@ -89,6 +89,17 @@ pub fn to_status(error: &RegistryError) -> Status {
             Reason::RateLimited
         }
         RegistryError::DeadlineExceeded => Reason::DeadlineExceeded,
+        RegistryError::OperationExists { status } => {
+            put(
+                Key::CurrentStatus,
+                super::responses::status(*status).as_str_name().into(),
+            );
+            Reason::OperationExists
+        }
+        RegistryError::TooManyWaiters { limit, .. } => {
+            put(Key::Limit, limit.to_string());
+            Reason::TooManyWaiters
+        }
         RegistryError::Internal => Reason::Internal,
     };
     let mut details = ErrorDetails::new();
@@ -120,7 +131,8 @@ fn retry_delay(error: &RegistryError) -> Option<std::time::Duration> {
         RegistryError::OperationBusy | RegistryError::Overloaded => {
             Some(std::time::Duration::from_millis(200))
         }
-        RegistryError::RateLimited { retry_after, .. } => Some(*retry_after),
+        RegistryError::RateLimited { retry_after, .. }
+        | RegistryError::TooManyWaiters { retry_after, .. } => Some(*retry_after),
         _ => None,
     }
 }
@@ -192,6 +204,13 @@ mod tests {
                 retry_after: std::time::Duration::from_secs(1),
             },
             RegistryError::DeadlineExceeded,
+            RegistryError::OperationExists {
+                status: crate::domain::operation::Status::Failed,
+            },
+            RegistryError::TooManyWaiters {
+                limit: 1,
+                retry_after: std::time::Duration::from_secs(1),
+            },
             RegistryError::Internal,
         ];
         let mut sent = std::collections::BTreeSet::new();

@@ -8,7 +8,7 @@ use sqlx::{Connection, PgConnection};
 use super::Registry;
 use super::gather::Gathered;
 use super::replays::Ticket;
-use crate::domain::claim::{self, ClaimOutcome, ClaimStep};
+use crate::domain::claim::{self, ClaimOutcome, ClaimStep, ReusePolicy};
 use crate::domain::commands::ClaimCommand;
 use crate::domain::error::{RegistryError, Result};
 use crate::domain::ids::OperationKey;
@@ -200,8 +200,15 @@ impl Registry {
                 .await
             }
             FollowUp::Settle(observed, step) => {
-                self.run(async |db| settle(db, claim, *observed, step).await)
-                    .await
+                let answer = self
+                    .run(async |db| settle(db, claim, *observed, step).await)
+                    .await;
+                if claim.reuse == ReusePolicy::AfterFailure {
+                    // A FAILED record kept here may have just started again;
+                    // do not wait for its notice to stop replaying it.
+                    self.replays.forget(&claim.namespace, &claim.operation_key);
+                }
+                answer
             }
         }
     }
@@ -251,27 +258,46 @@ async fn conclude(
     }
 }
 
-/// The same key must mean the same operation; then the state machine decides.
+/// The same key must mean the same operation; then the state machine
+/// decides. A caller that refuses existing keys learns that this one is
+/// taken, unless it is the live lease's own owner resuming it (its Claim's
+/// answer was lost): that caller registered the key.
 fn judge(claim: &ClaimCommand, observed: &Observed) -> Result<Next> {
     check_fingerprint(&observed.operation, claim)?;
-    Ok(
-        match claim::decide(&observed.operation, &claim.lease.owner, observed.db_now) {
-            ClaimStep::Answer {
-                outcome,
-                retry_after,
-            } => {
-                if matches!(outcome, ClaimOutcome::Acquired | ClaimOutcome::Reconcile) {
-                    metrics::execution(&claim.namespace, None);
-                }
-                Next::Answer(ClaimAnswer::new(
-                    outcome,
-                    observed.operation.clone(),
-                    retry_after,
-                ))
+    let step = claim::decide(
+        &observed.operation,
+        &claim.lease.owner,
+        observed.db_now,
+        claim.reuse,
+    );
+    let resumes = matches!(
+        step,
+        ClaimStep::Answer {
+            outcome: ClaimOutcome::Acquired | ClaimOutcome::Reconcile,
+            ..
+        }
+    );
+    if claim.reuse == ReusePolicy::RejectExisting && !resumes {
+        return Err(RegistryError::OperationExists {
+            status: observed.operation.status,
+        });
+    }
+    Ok(match step {
+        ClaimStep::Answer {
+            outcome,
+            retry_after,
+        } => {
+            if matches!(outcome, ClaimOutcome::Acquired | ClaimOutcome::Reconcile) {
+                metrics::execution(&claim.namespace, None);
             }
-            step => Next::Transition(step),
-        },
-    )
+            Next::Answer(ClaimAnswer::new(
+                outcome,
+                observed.operation.clone(),
+                retry_after,
+            ))
+        }
+        step => Next::Transition(step),
+    })
 }
 
 /// Takes `step`; a guarded transition lost to a concurrent one is decided
@@ -305,6 +331,19 @@ async fn transition(
 ) -> Result<Option<ClaimAnswer>> {
     Ok(match step {
         ClaimStep::Answer { .. } => None,
+        ClaimStep::Start(ExecutionKind::Reuse) => operations::reuse(&mut *db, operation, claim)
+            .await?
+            .map(|(reused, audit)| {
+                metrics::reused(&claim.namespace);
+                metrics::execution(&claim.namespace, Some(ExecutionKind::Reuse));
+                tracing::info!(
+                    namespace = %claim.namespace, key = %claim.operation_key,
+                    owner = %claim.lease.owner, status_before = audit.status_before.as_str(),
+                    token = reused.fencing_token.get(),
+                    "a finished operation was claimed again under its reuse policy"
+                );
+                ClaimAnswer::new(ClaimOutcome::Acquired, reused, None)
+            }),
         ClaimStep::Start(kind) => {
             operations::start_executions(&mut *db, &[operation], &[kind], &claim.lease)
                 .await?

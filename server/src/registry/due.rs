@@ -5,7 +5,7 @@
 use sqlx::Connection;
 
 use super::{ClaimAnswer, Registry};
-use crate::domain::claim::{self, ClaimOutcome, ClaimStep};
+use crate::domain::claim::{self, ClaimOutcome, ClaimStep, ReusePolicy};
 use crate::domain::commands::ClaimDueCommand;
 use crate::domain::error::Result;
 use crate::domain::operation::{ExecutionKind, Operation, Status};
@@ -42,7 +42,12 @@ impl Registry {
                 let mut kinds = Vec::new();
                 let mut exhausts: Vec<&Operation> = Vec::new();
                 for due in &page {
-                    match claim::decide(&due.operation, &command.lease.owner, due.db_now) {
+                    match claim::decide(
+                        &due.operation,
+                        &command.lease.owner,
+                        due.db_now,
+                        ReusePolicy::Replay,
+                    ) {
                         ClaimStep::Start(kind) => {
                             starts.push(&due.operation);
                             kinds.push(kind);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use sqlx::Connection;
 
 use super::Registry;
-use crate::domain::claim::{self, ClaimStep};
+use crate::domain::claim::{self, ClaimStep, ReusePolicy};
 use crate::domain::error::Result;
 use crate::domain::operation::{Operation, Status};
 use crate::domain::policy::PerNamespace;
@@ -60,7 +60,8 @@ impl Registry {
                     let doomed: Vec<&Operation> = candidates
                         .iter()
                         .filter(|due| {
-                            claim::decide(&due.operation, "", due.db_now) == ClaimStep::Exhaust
+                            claim::decide(&due.operation, "", due.db_now, ReusePolicy::Replay)
+                                == ClaimStep::Exhaust
                         })
                         .map(|due| &due.operation)
                         .collect();

@@ -11,6 +11,8 @@ mod maintenance;
 mod planted;
 mod read;
 mod replays;
+mod wait;
+mod waiters;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +39,9 @@ pub use maintenance::{MaintenancePass, MaintenanceSettings};
 pub(crate) use read::lookup_on;
 pub use read::{LookupAnswer, QueuePage};
 pub use replays::ReplaySettings;
+pub use wait::Waited;
+pub use waiters::WaitSettings;
+use waiters::Waiters;
 
 /// Steps of one batch call that need a database session of their own (a
 /// retry, takeover, reconcile or exhaustion of an existing operation, a
@@ -59,6 +64,8 @@ pub struct Registry {
     reports: Gatherer<Reports>,
     /// Terminal results that answer replays without a statement.
     replays: Replays,
+    /// Calls waiting for an operation to move.
+    waiters: Waiters,
 }
 
 impl Registry {
@@ -71,8 +78,10 @@ impl Registry {
         (claims, reports): (GatherSettings, GatherSettings),
         replays: ReplaySettings,
         retention: PerNamespace<Option<Duration>>,
+        waiting: WaitSettings,
     ) -> Self {
         Self {
+            waiters: Waiters::new(waiting),
             claims: Gatherer::start(sessions.clone(), Arc::clone(&store), claims),
             reports: Gatherer::start(sessions.clone(), Arc::clone(&store), reports),
             replays: Replays::new(replays, retention),
@@ -87,6 +96,12 @@ impl Registry {
     /// probe finds the store down, refused at once rather than queued for the
     /// pool. Behind a transaction pooler the use case is one transaction,
     /// committed only if it succeeds.
+    /// Shutdown has begun: every waiting call answers now, and later calls
+    /// are answered at once.
+    pub fn stop_waiting(&self) {
+        self.waiters.close();
+    }
+
     async fn run<T>(
         &self,
         use_case: impl AsyncFnOnce(&mut PgConnection) -> Result<T>,

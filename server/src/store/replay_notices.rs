@@ -1,5 +1,6 @@
 //! The notices on `opreg_replays` (migrations/20261202000001): a trigger
-//! sends one when a terminal record changes or goes, and every replica sends
+//! sends one when a terminal record changes or goes, another when a watched
+//! unfinished one does (migrations/20261206000001), and every replica sends
 //! its own heartbeats through its pool. A replica reads them on a connection
 //! of its own, outside the pool, that keeps its server connection (LISTEN
 //! holds only for the session that ran it).
@@ -21,6 +22,11 @@ const APPLICATION_NAME: &str = "opreg-replays";
 pub enum Notice {
     /// This terminal record changed or was deleted.
     Changed {
+        namespace: Namespace,
+        operation_key: OperationKey,
+    },
+    /// This watched, unfinished operation changed or was deleted.
+    Watched {
         namespace: Namespace,
         operation_key: OperationKey,
     },
@@ -98,6 +104,10 @@ fn parse(payload: &str) -> Option<Notice> {
             namespace: Namespace::from_stored(namespace.to_owned()),
             operation_key: OperationKey::from_stored(key.to_owned()),
         }),
+        ("c", Some(namespace), Some(key)) => Some(Notice::Watched {
+            namespace: Namespace::from_stored(namespace.to_owned()),
+            operation_key: OperationKey::from_stored(key.to_owned()),
+        }),
         ("a", None, None) => Some(Notice::All),
         ("h", Some(instance), Some(sent_nanos)) => Some(Notice::Heartbeat {
             instance: instance.parse().ok()?,
@@ -120,6 +130,13 @@ mod tests {
                 operation_key: OperationKey::from_stored("order:1\nwith a newline".into()),
             })
         );
+        assert_eq!(
+            parse("c\npayments\norder:2"),
+            Some(Notice::Watched {
+                namespace: Namespace::from_stored("payments".into()),
+                operation_key: OperationKey::from_stored("order:2".into()),
+            })
+        );
         assert_eq!(parse("a"), Some(Notice::All));
         assert_eq!(
             parse("h\n7\n42"),
@@ -128,7 +145,14 @@ mod tests {
                 sent_nanos: 42
             })
         );
-        for unknown in ["", "k\npayments", "h\nseven\n1", "x\n1\n2", "a\n"] {
+        for unknown in [
+            "",
+            "k\npayments",
+            "c\npayments",
+            "h\nseven\n1",
+            "x\n1\n2",
+            "a\n",
+        ] {
             assert_eq!(parse(unknown), None, "{unknown:?}");
         }
     }

@@ -57,6 +57,10 @@ pub const COMPLETE_BATCH_SIZE: &str = "opreg_complete_batch_size";
 pub const REPLAY_CACHE_HITS: &str = "opreg_replay_cache_hits_total";
 pub const REPLAY_CACHE_FOLLOWING: &str = "opreg_replay_cache_following";
 pub const SQL_DOOR_CALLS: &str = "opreg_sql_door_calls_total";
+pub const WAITERS: &str = "opreg_waiters";
+pub const WAITS: &str = "opreg_waits_total";
+pub const WAIT_WAKE_SECONDS: &str = "opreg_wait_wake_seconds";
+pub const REUSES: &str = "opreg_reuses_total";
 
 const ATTEMPT_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0];
 const BATCH_BUCKETS: &[f64] = &[
@@ -173,6 +177,9 @@ pub fn install(namespace_cap: usize, allowlist: &[String]) -> Result<PrometheusH
         })
         .and_then(|b| {
             b.set_buckets_for_metric(Matcher::Full(COMPLETE_BATCH_SIZE.into()), BATCH_BUCKETS)
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full(WAIT_WAKE_SECONDS.into()), LATENCY_BUCKETS)
         })
         .map_err(|error| error.to_string())?
         .build_recorder();
@@ -398,6 +405,26 @@ fn describe() {
         "Claims replayed from this process's kept terminal results, without a statement."
     );
     describe_gauge!(
+        WAITERS,
+        Unit::Count,
+        "Claims and Lookups asleep on this replica, waiting for an operation to move."
+    );
+    describe_counter!(
+        WAITS,
+        Unit::Count,
+        "Waiting Claims and Lookups by how the wait ended: woken (the operation reached an answer the caller can act on), timed_out, shutdown, or refused (the replica's limit of waiters)."
+    );
+    describe_histogram!(
+        WAIT_WAKE_SECONDS,
+        Unit::Seconds,
+        "From the change notice reaching this replica to the woken call's answer."
+    );
+    describe_counter!(
+        REUSES,
+        Unit::Count,
+        "FAILED or DEAD operations started again by a Claim with REUSE_POLICY_AFTER_FAILURE, by namespace."
+    );
+    describe_gauge!(
         REPLAY_CACHE_FOLLOWING,
         Unit::Count,
         "1 while this replica hears its own heartbeats through the change notices, so replays may be answered from memory; else 0."
@@ -608,6 +635,30 @@ pub fn replay_cache_hit(namespace: &str) {
 pub fn sql_door_calls(call: &str, outcome: &str, calls: i64) {
     counter!(SQL_DOOR_CALLS, "call" => call.to_owned(), "outcome" => outcome.to_owned())
         .absolute(u64::try_from(calls).unwrap_or(0));
+}
+
+/// A call fell asleep waiting (`+1`) or stopped waiting (`-1`).
+pub fn waiters(change: f64) {
+    gauge!(WAITERS).increment(change);
+}
+
+/// How a wait of `call` (`claim` or `lookup`) ended.
+pub fn wait_ended(call: &'static str, outcome: &'static str) {
+    series_handle(
+        WAITS,
+        [call, outcome, "", ""],
+        || counter!(WAITS, "call" => call, "outcome" => outcome),
+    )
+    .increment(1);
+}
+
+/// A woken call answered `seconds` after the notice that woke it arrived.
+pub fn wait_woken_after(seconds: f64) {
+    series_handle(WAIT_WAKE_SECONDS, [""; 4], || histogram!(WAIT_WAKE_SECONDS)).record(seconds);
+}
+
+pub fn reused(namespace: &str) {
+    count_in(REUSES, namespace, None);
 }
 
 pub fn replay_cache_following(following: bool) {

@@ -6,16 +6,19 @@
 //! INTERNAL; the caller's `grpc-timeout` stops the work when it passes,
 //! answered DEADLINE_EXCEEDED (tonic's own timer would say CANCELLED); and
 //! calls past the concurrency limit are shed at once (UNAVAILABLE, OVERLOADED).
+//! A call that goes on to wait for its operation to move gives its place
+//! among the calls in flight up ([`InFlight`]): the waiters have a bound of
+//! their own, and a waiter does no work.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{Layer, Service};
 
 use crate::domain::error::RegistryError;
@@ -95,6 +98,25 @@ pub struct Edge<S> {
     calls: Arc<Semaphore>,
 }
 
+/// A call's place among the calls in flight, in its request's extensions.
+#[derive(Clone, Debug)]
+pub struct InFlight(Arc<Mutex<Option<OwnedSemaphorePermit>>>);
+
+impl InFlight {
+    /// Gives the place up before the call ends (a call about to wait).
+    pub fn leave(&self) {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+    }
+}
+
+/// When the edge stops a call for its caller's `grpc-timeout`, in its
+/// request's extensions: a call that waits must answer before then.
+#[derive(Clone, Copy, Debug)]
+pub struct StopsAt(pub tokio::time::Instant);
+
 /// Health and reflection stay answerable however busy the registry is.
 fn is_shed_when_busy(path: &str) -> bool {
     path.starts_with("/opreg.v1.")
@@ -135,7 +157,15 @@ where
             .headers()
             .get("grpc-timeout")
             .and_then(|value| grpc_timeout(value.as_bytes()));
-        let request = request.map(|body| tonic::body::Body::new(BoundedMessages::new(body, limit)));
+        let mut request =
+            request.map(|body| tonic::body::Body::new(BoundedMessages::new(body, limit)));
+        let in_flight = InFlight(Arc::new(Mutex::new(permit)));
+        request.extensions_mut().insert(in_flight.clone());
+        if let Some(within) = deadline {
+            let stops_at =
+                tokio::time::Instant::now() + within.saturating_sub(deadline_margin(within));
+            request.extensions_mut().insert(StopsAt(stops_at));
+        }
         let response = self.inner.call(request);
         Box::pin(async move {
             let answered = match deadline {
@@ -154,7 +184,7 @@ where
                 return Ok(to_status(&RegistryError::DeadlineExceeded).into_http());
             };
             let mut response = response?;
-            drop(permit);
+            in_flight.leave();
             refine_decoder_refusal(response.headers_mut());
             Ok(response)
         })

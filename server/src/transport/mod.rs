@@ -11,6 +11,6 @@ pub mod incoming;
 pub mod rate_limit;
 
 pub use authenticate::AuthenticateLayer;
-pub use edge::{EdgeLayer, MessageLimits};
+pub use edge::{EdgeLayer, InFlight, MessageLimits, StopsAt};
 pub use incoming::{ConnectionInfo, ConnectionLimits, Incoming};
 pub use rate_limit::RateLimits;

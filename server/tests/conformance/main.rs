@@ -131,14 +131,26 @@ async fn run_scenario(app: &TestApp, settings: &Settings, scenario: &Value) -> R
     let key = format!("{name}-rust-{:08x}", rand::random::<u32>());
     let parameters = json!({"amount": 100, "scenario": name});
     let direct = Client::connect(app.endpoint.clone()).await.unwrap();
+    let mut completing_before = None;
     if let Some(before) = scenario["before"].as_str() {
         let operation = Prepared {
             namespace: NS,
             key: &key,
             parameters: &parameters,
             retry_policy: None,
+            lease_ttl: scenario["before_lease_ttl_ms"]
+                .as_u64()
+                .map_or(Duration::from_secs(30), Duration::from_millis),
         };
-        operation.prepare(&direct, before).await;
+        let token = operation.prepare(&direct, before).await;
+        if let Some(after) = scenario["before_complete_after_ms"].as_u64() {
+            completing_before = Some(tokio::spawn(complete_before_after(
+                direct.clone(),
+                key.clone(),
+                token,
+                Duration::from_millis(after),
+            )));
+        }
     }
 
     let (proxy, through, log) = proxy_for(app, scenario, &key).await;
@@ -158,6 +170,11 @@ async fn run_scenario(app: &TestApp, settings: &Settings, scenario: &Value) -> R
         });
     }
     let outcome = run.run(|lease| work.next(lease)).await;
+    if let Some(completing) = completing_before {
+        completing
+            .await
+            .map_err(|_| "the before owner's Complete panicked".to_owned())??;
+    }
     let lines = proxy.finish().await;
     let _ = std::fs::remove_file(&log);
     let status = final_status(&direct, NS, &key).await.0;
@@ -311,17 +328,41 @@ async fn reconciled(verdict: String) -> Verdict {
     }
 }
 
+/// `before_complete_after_ms`: the `before` owner completes its lease with
+/// success (result `before`) this long after the helper started.
+async fn complete_before_after(
+    client: Client,
+    key: String,
+    token: u64,
+    after: Duration,
+) -> Result<(), String> {
+    tokio::time::sleep(after).await;
+    client
+        .complete(pb::CompleteRequest {
+            namespace: NS.into(),
+            operation_key: key,
+            fencing_token: token,
+            outcome: before_outcome("success"),
+        })
+        .await
+        .map(|_| ())
+        .map_err(|error| format!("the before owner's Complete failed: {error}"))
+}
+
 /// The operation a scenario's `before` prepares.
 struct Prepared<'a> {
     namespace: &'a str,
     key: &'a str,
     parameters: &'a Value,
     retry_policy: Option<pb::RetryPolicy>,
+    /// The `before` Claim's lease.
+    lease_ttl: Duration,
 }
 
 impl Prepared<'_> {
-    /// The scenario's `before`, made directly against the server.
-    async fn prepare(&self, client: &Client, before: &str) {
+    /// The scenario's `before`, made directly against the server; the token
+    /// of its Claim.
+    async fn prepare(&self, client: &Client, before: &str) -> u64 {
         let claimed = client
             .claim(pb::ClaimRequest {
                 namespace: self.namespace.into(),
@@ -330,24 +371,26 @@ impl Prepared<'_> {
                     opreg_client::parameters(self.parameters.clone()),
                 )),
                 owner: "conformance-before".into(),
-                lease_ttl: Some(proto_duration(Duration::from_secs(30))),
+                lease_ttl: Some(proto_duration(self.lease_ttl)),
                 retry_policy: self.retry_policy,
                 ..Default::default()
             })
             .await
             .unwrap();
+        let token = claimed.lease.unwrap().fencing_token;
+        let Some(outcome) = before_outcome(before) else {
+            return token;
+        };
         client
             .complete(pb::CompleteRequest {
                 namespace: self.namespace.into(),
                 operation_key: self.key.into(),
-                fencing_token: claimed.lease.unwrap().fencing_token,
-                outcome: Some(match before_outcome(before) {
-                    Some(outcome) => outcome,
-                    None => return,
-                }),
+                fencing_token: token,
+                outcome: Some(outcome),
             })
             .await
             .unwrap();
+        token
     }
 }
 

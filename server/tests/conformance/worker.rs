@@ -44,6 +44,7 @@ async fn run_scenario(app: &TestApp, defaults: &Value, scenario: &Value) -> Resu
         key: &key,
         parameters: &parameters,
         retry_policy: Some(setting.retry_policy()),
+        lease_ttl: Duration::from_secs(30),
     };
     operation
         .prepare(&direct, scenario["before"].as_str().unwrap())

@@ -22,6 +22,8 @@ use super::history::{AdminAction, Answer, Call, Granted, Recorder, Report, resol
 pub const NAMESPACE: &str = "faults";
 /// Leases are short, so pauses and kills cause takeovers within a scenario.
 pub const LEASE: Duration = Duration::from_secs(1);
+/// How long a waiting Claim waits: a few leases, well inside a scenario.
+const WAIT: Duration = Duration::from_secs(2);
 /// Run-once callers' numbers, after a process's other callers.
 pub const HELPER_IDS: usize = 1_000;
 /// The operator's number in the history.
@@ -133,8 +135,13 @@ impl Caller {
         key: &str,
         conflicting: bool,
         compensates: Option<&str>,
+        wait: Option<Duration>,
     ) -> Option<Granted> {
         let request = pb::ClaimRequest {
+            wait: wait.map(|wait| prost_types::Duration {
+                seconds: wait.as_secs().try_into().unwrap(),
+                nanos: 0,
+            }),
             compensates: compensates.unwrap_or_default().to_owned(),
             namespace: NAMESPACE.into(),
             operation_key: key.into(),
@@ -376,15 +383,18 @@ impl Caller {
                 let key = format!("c{}-{next}", self.id);
                 next += 1;
                 self.keys.push(key.clone());
-                self.claim(&key, false, None).await
+                self.claim(&key, false, None, None).await
             } else {
                 let key = self.keys[rand::rng().random_range(0..self.keys.len())].clone();
                 if roll >= 90 {
                     // Undo an earlier operation; refused unless it succeeded.
                     let compensation = format!("undo-{key}");
-                    self.claim(&compensation, false, Some(&key)).await
+                    self.claim(&compensation, false, Some(&key), None).await
                 } else {
-                    self.claim(&key, roll >= 85, None).await
+                    // Half the repeated Claims wait for the operation to move:
+                    // what wakes them must be a committed state.
+                    let wait = (roll < 72).then_some(WAIT);
+                    self.claim(&key, roll >= 85, None, wait).await
                 }
             };
             if let Some(granted) = granted {

@@ -57,7 +57,13 @@ __all__ = [
 # The transport backoff, (initial, max): full jitter over min(max, initial · 2ⁿ).
 BACKOFF = (0.1, 5.0)
 
-# An IN_PROGRESS operation is claimed again at least this often: the holder may
+# Every Claim asks the server to hold it for the rest of the overall deadline,
+# at most this long, while the answer would be IN_PROGRESS or RETRY_LATER: the
+# server answers as soon as the operation moves.
+MAX_CLAIM_WAIT = 30.0
+
+# Against a server that does not wait (its answers carry no ``waited``), an
+# IN_PROGRESS operation is claimed again at least this often: the holder may
 # finish before its lease ends.
 POLL_INTERVAL = 1.0
 
@@ -91,6 +97,13 @@ def retry_delay(
 # -- Claim -----------------------------------------------------------------------
 
 
+def server_wait(remaining: float, *, max_wait: float = MAX_CLAIM_WAIT) -> float:
+    """The ``wait`` a Claim asks for with ``remaining`` seconds left before the
+    overall deadline: waiting past it would only delay the answer (and none
+    once it passed)."""
+    return max(min(remaining, max_wait), 0.0)
+
+
 @dataclass(frozen=True)
 class Execute:
     """Claim answered ACQUIRED, or RECONCILE (``reconcile``): act under its lease."""
@@ -102,7 +115,8 @@ def decide_claim_answer(
     response: pb.ClaimResponse, remaining: float, random: float, *, poll_interval: float = POLL_INTERVAL
 ) -> Result | float | Execute:
     """The Claim table of PROTOCOL.md: return the :class:`Result` (REPLAYED),
-    sleep that many seconds and claim again (IN_PROGRESS / RETRY_LATER), or
+    sleep that many seconds and claim again (IN_PROGRESS / RETRY_LATER: none
+    when the server waited, the poll wait when it did not), or
     :class:`Execute` (ACQUIRED / RECONCILE). Raises the recorded
     :class:`BusinessFailure`, :class:`OperationDead`, :class:`OperationHeld`,
     or :class:`DeadlineExceeded` when the wait would end at or past the
@@ -118,7 +132,9 @@ def decide_claim_answer(
         # and the caller must learn that rather than time out on it.
         raise held(response)
     if outcome in (pb.CLAIM_OUTCOME_IN_PROGRESS, pb.CLAIM_OUTCOME_RETRY_LATER):
-        wait = _claim_wait(response, random, poll_interval)
+        # A server that waited held the call until the operation moved or the
+        # wait ended: claim again at once, with a new wait.
+        wait = 0.0 if response.HasField("waited") else _poll_wait(response, random, poll_interval)
         if wait >= remaining:
             raise DeadlineExceeded(
                 f"{operation.namespace}/{operation.operation_key}: deadline exceeded waiting after "
@@ -134,8 +150,9 @@ def decide_claim_answer(
     raise OpregError(f"unexpected claim outcome {outcome}")
 
 
-def _claim_wait(response: pb.ClaimResponse, random: float, poll_interval: float) -> float:
-    """How long to wait before claiming again after IN_PROGRESS / RETRY_LATER.
+def _poll_wait(response: pb.ClaimResponse, random: float, poll_interval: float) -> float:
+    """How long to wait before claiming again after IN_PROGRESS / RETRY_LATER
+    from a server that does not wait.
 
     RETRY_LATER: the retry is due after ``retry_after``. IN_PROGRESS: the holder
     may finish before its lease ends, so poll at least every ``poll_interval``.

@@ -176,11 +176,20 @@ def claim(
     lease_ttl: Seconds | None = None,
     retry_policy: pb.RetryPolicy | None = None,
     compensates: str = "",
+    wait: Seconds | None = None,
+    reuse: pb.ReusePolicy = pb.REUSE_POLICY_UNSPECIFIED,
     timeout: float | None = None,
 ) -> Call[pb.ClaimResponse]:
     """Registers an operation or says what to do about it. Give exactly one
     of ``parameters`` (a mapping of JSON values, or a Struct) and
-    ``parameters_digest`` (16–64 bytes, e.g. :func:`opreg.parameters_digest`)."""
+    ``parameters_digest`` (16–64 bytes, e.g. :func:`opreg.parameters_digest`).
+    ``wait``: hold the call while the answer would be IN_PROGRESS or
+    RETRY_LATER, until the operation moves or the wait ends (capped by the
+    server and the call's ``timeout``, so give the call that much more time);
+    a server that waits says how long in the answer's ``waited``. ``reuse``:
+    what an existing key allows (``REUSE_POLICY_REPLAY``, the default;
+    ``REUSE_POLICY_AFTER_FAILURE``; ``REUSE_POLICY_REJECT_EXISTING``, refused
+    with :class:`opreg.OperationExists`)."""
     if (parameters is None) == (parameters_digest is None):
         raise ValueError("give exactly one of parameters and parameters_digest")
     request = pb.ClaimRequest(
@@ -189,6 +198,7 @@ def claim(
         owner=owner,
         execution_id=execution_id,
         compensates=compensates,
+        reuse=reuse,
     )
     if parameters is not None:
         request.parameters.CopyFrom(to_struct(parameters))
@@ -198,6 +208,8 @@ def claim(
         request.lease_ttl.CopyFrom(to_duration(lease_ttl))
     if retry_policy is not None:
         request.retry_policy.CopyFrom(retry_policy)
+    if wait is not None:
+        request.wait.CopyFrom(to_duration(wait))
     return Call("Claim", request, timeout)
 
 
@@ -235,19 +247,27 @@ def lookup(
     include_executions: bool = False,
     include_parameters: bool = False,
     include_audit: bool = False,
+    wait: Seconds | None = None,
+    changed_from: pb.OperationStatus = pb.OPERATION_STATUS_UNSPECIFIED,
     timeout: float | None = None,
 ) -> Call[pb.LookupResponse]:
     """Reads an operation and, with ``include_executions``, its execution
     history; ``include_parameters`` fills ``operation.parameters`` (when they
     were given as a Struct); ``include_audit`` adds the operator actions
-    (``audit``, oldest first)."""
+    (``audit``, oldest first). ``wait``: hold the call until the status
+    differs from ``changed_from`` (default: the status when the call arrives)
+    or the wait ends, capped like :meth:`claim`'s; the answer's ``waited``
+    says how long a server that waits held it."""
     request = pb.LookupRequest(
         namespace=namespace,
         operation_key=operation_key,
         include_executions=include_executions,
         include_parameters=include_parameters,
         include_audit=include_audit,
+        changed_from=changed_from,
     )
+    if wait is not None:
+        request.wait.CopyFrom(to_duration(wait))
     return Call("Lookup", request, timeout)
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from ._convert import Seconds, seconds
+from ._convert import Seconds, from_duration, seconds
 from ._decide import (
     Execute,
     after_complete,
@@ -36,6 +36,7 @@ from ._decide import (
     reconcile_report,
     retry_delay,
     retry_info_of,
+    server_wait,
     success_report,
 )
 from ._gen.v1 import registry_pb2 as pb
@@ -242,7 +243,11 @@ class Retry(Generic[T]):
     DEADLINE_EXCEEDED, OPERATION_BUSY, a server's "Timeout expired") with
     exponential backoff and full jitter, never sooner than the server's
     RetryInfo asks, until ``deadline``. The clients loop: make
-    ``call(timeout())`` and, after an :class:`Unavailable`, sleep ``failed(error)``."""
+    ``call(timeout())`` and, after an :class:`Unavailable`, sleep ``failed(error)``.
+
+    Each attempt's timeout is the call timeout, cut at the deadline unless
+    ``bounded`` is false: a Claim's server wait is cut there instead, and the
+    answer given when that wait ends needs the whole call timeout after it."""
 
     def __init__(
         self,
@@ -251,12 +256,15 @@ class Retry(Generic[T]):
         spec: RunSpec,
         what: str,
         cause: BaseException | None = None,
+        *,
+        bounded: bool = True,
     ) -> None:
         self.call = call
         self._deadline = deadline
         self._spec = spec
         self._what = what
         self._last = cause
+        self._bounded = bounded
         self._backoff = Backoff(spec.transport_backoff)
 
     def timeout(self) -> float:
@@ -266,7 +274,7 @@ class Retry(Generic[T]):
             raise DeadlineExceeded(
                 f"{self._spec.namespace}/{self._spec.operation_key}: deadline exceeded before {self._what} succeeded"
             ) from self._last
-        return min(self._spec.rpc_timeout, remaining)
+        return min(self._spec.rpc_timeout, remaining) if self._bounded else self._spec.rpc_timeout
 
     def failed(self, error: Unavailable) -> float:
         """How long to sleep before the next attempt: the backoff, at least the
@@ -285,14 +293,22 @@ class RunOnce:
         self.overall = Deadline(seconds(deadline))
         self.can_reconcile = can_reconcile
         self.last_error: BaseException | None = None  # what the last execution raised, if it asked to claim again
-        self._claimed_at = 0.0
+        self._claimed_at = 0.0  # no later than the send of the current Claim's first attempt
+        self._claim_attempts = 0  # the attempts of the current Claim so far
 
     def claim(self, claim: Callable[..., T]) -> Retry[T]:
-        """The Claim to make with ``claim`` (the client's method), retried within the deadline."""
+        """The Claim to make with ``claim`` (the client's method), retried within
+        the deadline. Every attempt asks the server to wait
+        (:func:`_decide.server_wait`) and gets the call timeout on top of
+        that wait."""
         spec = self.spec
         self._claimed_at = time.monotonic()
-        return Retry(
-            lambda timeout: claim(
+        self._claim_attempts = 0
+
+        def attempt(timeout: float) -> T:
+            self._claim_attempts += 1
+            wait = server_wait(self.overall.remaining())
+            return claim(
                 spec.namespace,
                 spec.operation_key,
                 owner=spec.owner,
@@ -302,21 +318,20 @@ class RunOnce:
                 lease_ttl=spec.lease_ttl,
                 retry_policy=spec.retry_policy,
                 compensates=spec.compensates,
-                timeout=timeout,
-            ),
-            self.overall,
-            spec,
-            "Claim",
-            self.last_error,
-        )
+                wait=wait,
+                timeout=timeout + wait,
+            )
+
+        return Retry(attempt, self.overall, spec, "Claim", self.last_error, bounded=False)
 
     def after_claim(self, response: pb.ClaimResponse) -> Result | float | Attempt:
         """What to do with Claim's answer (:func:`_decide.decide_claim_answer`):
-        return a :class:`Result` (REPLAYED), sleep that many seconds and claim
-        again (IN_PROGRESS / RETRY_LATER), or run an :class:`Attempt` under the
-        lease (ACQUIRED / RECONCILE). Raises the recorded failure,
-        OperationDead, OperationHeld or DeadlineExceeded, caused by what the
-        last execution raised if it asked to claim again."""
+        return a :class:`Result` (REPLAYED), sleep that many seconds (none
+        after a server's wait) and claim again (IN_PROGRESS / RETRY_LATER), or
+        run an :class:`Attempt` under the lease (ACQUIRED / RECONCILE). Raises
+        the recorded failure, OperationDead, OperationHeld or
+        DeadlineExceeded, caused by what the last execution raised if it asked
+        to claim again."""
         try:
             step = decide_claim_answer(
                 response, self.overall.remaining(), random.random(), poll_interval=self.spec.poll_interval
@@ -324,8 +339,19 @@ class RunOnce:
         except OpregError as error:
             raise error from self.last_error
         if isinstance(step, Execute):
-            return Attempt(self, response, self._claimed_at, reconciling=step.reconcile)
+            return Attempt(self, response, self._lease_anchor(response), reconciling=step.reconcile)
         return step
+
+    def _lease_anchor(self, response: pb.ClaimResponse) -> float:
+        """The moment the lease Claim handed out began at the earliest, which
+        its local expiry is measured from: the send of the Claim's first
+        attempt, plus the server's wait when the answer came to that attempt
+        (the server decided only after it). An answer to a retry adds nothing:
+        an earlier, lost attempt may have been granted the lease after a
+        shorter wait."""
+        if self._claim_attempts == 1 and response.HasField("waited"):
+            return self._claimed_at + from_duration(response.waited)
+        return self._claimed_at
 
 
 class Attempt:

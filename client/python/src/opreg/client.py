@@ -165,7 +165,10 @@ class Client(_rpc.ClientBase[grpc.Channel]):
         REPLAYED returns the stored :class:`Result` (``replayed=True``) or raises
         the stored :class:`BusinessFailure`; IN_PROGRESS / RETRY_LATER wait and
         claim again within ``deadline`` seconds (default 120; else
-        :class:`DeadlineExceeded`); DEAD raises :class:`OperationDead`, HELD
+        :class:`DeadlineExceeded`): every Claim asks the server to hold it
+        until the operation moves (at most 30 s), and a server that does not
+        wait is polled (``retry_after``, at least every ``poll_interval``);
+        DEAD raises :class:`OperationDead`, HELD
         :class:`OperationHeld`; RECONCILE calls ``reconcile(lease, remote_ref)``
         (without it: the lease is handed back and :class:`ReconcileRequired`).
         ``work`` returns bytes (or ``(bytes, result_ref)``, or None) or raises

@@ -14,8 +14,8 @@ The reasons and the metadata keys are those of ``proto/opreg/v1/errors.proto``
 enum value's name without ``ERROR_REASON_`` (:func:`reason_name`), a metadata
 key as its name without ``ERROR_METADATA_KEY_`` in lowerCamelCase
 (:func:`metadata_key`). Every reason maps to a class here
-(:data:`CLASS_BY_REASON`) and every metadata key to the property that reads it
-(:data:`METADATA_READERS`); the tests fail when the contract adds one that is
+(:data:`CLASS_BY_REASON`) and every metadata key to the properties that read
+it (:data:`METADATA_READERS`); the tests fail when the contract adds one that is
 not mapped.
 
 The run-once helper adds its own errors: :class:`DeadlineExceeded`,
@@ -39,6 +39,7 @@ __all__ = [
     "ERROR_DOMAIN",
     "OpregError",
     "ParameterConflict",
+    "OperationExists",
     "StaleFencingToken",
     "AlreadyCompleted",
     "LeaseNotHeld",
@@ -56,6 +57,7 @@ __all__ = [
     "OperationBusy",
     "MessageTooLarge",
     "RateLimited",
+    "TooManyWaiters",
     "Unauthenticated",
     "PermissionDenied",
     "InternalError",
@@ -181,6 +183,18 @@ class ParameterConflict(OpregError):
         return self._meta(errors_pb2.ERROR_METADATA_KEY_CONFLICTING_FIELD)
 
 
+class OperationExists(OpregError):
+    """``ALREADY_EXISTS``/``OPERATION_EXISTS``: a Claim with
+    ``REUSE_POLICY_REJECT_EXISTING`` found the key already registered. Never
+    retried: only the call that registered the key proceeds."""
+
+    @property
+    def current_status(self) -> int | None:
+        """The existing operation's status (an ``OperationStatus`` value);
+        ``None`` if the server named none this client knows."""
+        return _status(self._meta(errors_pb2.ERROR_METADATA_KEY_CURRENT_STATUS))
+
+
 class StaleFencingToken(OpregError):
     """``ABORTED``/``STALE_FENCING_TOKEN``: another execution took over (or the
     operation finished, or the resource's fence is higher). Stop writing."""
@@ -218,11 +232,7 @@ class InvalidTransition(OpregError):
         """The operation's status when the action was refused (an
         ``OperationStatus`` value); ``None`` if the server named none this
         client knows."""
-        name = self._meta(errors_pb2.ERROR_METADATA_KEY_CURRENT_STATUS)
-        try:
-            return registry_pb2.OperationStatus.Value(name)
-        except ValueError:
-            return None
+        return _status(self._meta(errors_pb2.ERROR_METADATA_KEY_CURRENT_STATUS))
 
     @property
     def held(self) -> bool | None:
@@ -306,6 +316,17 @@ class RateLimited(Unavailable):
     @property
     def calls_per_second(self) -> int | None:
         return _int(self._meta(errors_pb2.ERROR_METADATA_KEY_CALLS_PER_SECOND))
+
+
+class TooManyWaiters(Unavailable):
+    """``RESOURCE_EXHAUSTED``/``TOO_MANY_WAITERS``: the replica already holds as
+    many waiting calls (a Claim or Lookup with ``wait``) as it allows.
+    Transient: retry after :attr:`retry_delay` (the server's ``RetryInfo``)."""
+
+    @property
+    def limit(self) -> int | None:
+        """The replica's limit of waiting calls; ``None`` if the server did not say."""
+        return _int(self._meta(errors_pb2.ERROR_METADATA_KEY_LIMIT))
 
 
 class MessageTooLarge(OpregError):
@@ -449,30 +470,37 @@ CLASS_BY_REASON: dict[ErrorReason, type[OpregError]] = {
     errors_pb2.ERROR_REASON_RATE_LIMITED: RateLimited,
     errors_pb2.ERROR_REASON_DEADLINE_EXCEEDED: Unavailable,
     errors_pb2.ERROR_REASON_INTERNAL: InternalError,
+    errors_pb2.ERROR_REASON_OPERATION_EXISTS: OperationExists,
+    errors_pb2.ERROR_REASON_TOO_MANY_WAITERS: TooManyWaiters,
 }
 
-# The property that reads each ErrorMetadataKey, and the error class it is on
-# (exhaustive, like CLASS_BY_REASON).
-METADATA_READERS: dict[ErrorMetadataKey, tuple[type[OpregError], Any]] = {  # (class, its property)
-    errors_pb2.ERROR_METADATA_KEY_LIMIT: (MessageTooLarge, MessageTooLarge.limit),
-    errors_pb2.ERROR_METADATA_KEY_STORED_DIGEST: (ParameterConflict, ParameterConflict.stored_digest),
-    errors_pb2.ERROR_METADATA_KEY_REQUEST_DIGEST: (ParameterConflict, ParameterConflict.request_digest),
-    errors_pb2.ERROR_METADATA_KEY_DIFFERING_FIELDS: (ParameterConflict, ParameterConflict.differing_fields),
-    errors_pb2.ERROR_METADATA_KEY_DIFFERING_FIELDS_TRUNCATED: (
-        ParameterConflict,
-        ParameterConflict.differing_fields_truncated,
+# The properties that read each ErrorMetadataKey, with the error class each is
+# on (exhaustive, like CLASS_BY_REASON; a key some reasons share is read on each).
+METADATA_READERS: dict[ErrorMetadataKey, tuple[tuple[type[OpregError], Any], ...]] = {  # ((class, its property), ...)
+    errors_pb2.ERROR_METADATA_KEY_LIMIT: (
+        (MessageTooLarge, MessageTooLarge.limit),
+        (TooManyWaiters, TooManyWaiters.limit),
     ),
-    errors_pb2.ERROR_METADATA_KEY_CONFLICTING_FIELD: (ParameterConflict, ParameterConflict.conflicting_field),
-    errors_pb2.ERROR_METADATA_KEY_PRESENTED_TOKEN: (StaleFencingToken, StaleFencingToken.presented_token),
-    errors_pb2.ERROR_METADATA_KEY_CURRENT_TOKEN: (StaleFencingToken, StaleFencingToken.current_token),
-    errors_pb2.ERROR_METADATA_KEY_FENCING_TOKEN: (AlreadyCompleted, AlreadyCompleted.fencing_token),
-    errors_pb2.ERROR_METADATA_KEY_COMPENSATED_BY: (AlreadyCompensated, AlreadyCompensated.compensated_by),
-    errors_pb2.ERROR_METADATA_KEY_CURRENT_STATUS: (InvalidTransition, InvalidTransition.current_status),
-    errors_pb2.ERROR_METADATA_KEY_HELD: (InvalidTransition, InvalidTransition.held),
-    errors_pb2.ERROR_METADATA_KEY_PRINCIPAL: (PermissionDenied, PermissionDenied.principal),
-    errors_pb2.ERROR_METADATA_KEY_NAMESPACE: (PermissionDenied, PermissionDenied.namespace),
-    errors_pb2.ERROR_METADATA_KEY_ROLE: (PermissionDenied, PermissionDenied.role),
-    errors_pb2.ERROR_METADATA_KEY_CALLS_PER_SECOND: (RateLimited, RateLimited.calls_per_second),
+    errors_pb2.ERROR_METADATA_KEY_STORED_DIGEST: ((ParameterConflict, ParameterConflict.stored_digest),),
+    errors_pb2.ERROR_METADATA_KEY_REQUEST_DIGEST: ((ParameterConflict, ParameterConflict.request_digest),),
+    errors_pb2.ERROR_METADATA_KEY_DIFFERING_FIELDS: ((ParameterConflict, ParameterConflict.differing_fields),),
+    errors_pb2.ERROR_METADATA_KEY_DIFFERING_FIELDS_TRUNCATED: (
+        (ParameterConflict, ParameterConflict.differing_fields_truncated),
+    ),
+    errors_pb2.ERROR_METADATA_KEY_CONFLICTING_FIELD: ((ParameterConflict, ParameterConflict.conflicting_field),),
+    errors_pb2.ERROR_METADATA_KEY_PRESENTED_TOKEN: ((StaleFencingToken, StaleFencingToken.presented_token),),
+    errors_pb2.ERROR_METADATA_KEY_CURRENT_TOKEN: ((StaleFencingToken, StaleFencingToken.current_token),),
+    errors_pb2.ERROR_METADATA_KEY_FENCING_TOKEN: ((AlreadyCompleted, AlreadyCompleted.fencing_token),),
+    errors_pb2.ERROR_METADATA_KEY_COMPENSATED_BY: ((AlreadyCompensated, AlreadyCompensated.compensated_by),),
+    errors_pb2.ERROR_METADATA_KEY_CURRENT_STATUS: (
+        (InvalidTransition, InvalidTransition.current_status),
+        (OperationExists, OperationExists.current_status),
+    ),
+    errors_pb2.ERROR_METADATA_KEY_HELD: ((InvalidTransition, InvalidTransition.held),),
+    errors_pb2.ERROR_METADATA_KEY_PRINCIPAL: ((PermissionDenied, PermissionDenied.principal),),
+    errors_pb2.ERROR_METADATA_KEY_NAMESPACE: ((PermissionDenied, PermissionDenied.namespace),),
+    errors_pb2.ERROR_METADATA_KEY_ROLE: ((PermissionDenied, PermissionDenied.role),),
+    errors_pb2.ERROR_METADATA_KEY_CALLS_PER_SECOND: ((RateLimited, RateLimited.calls_per_second),),
 }
 
 _BY_CODE: dict[grpc.StatusCode, type[OpregError]] = {
@@ -523,8 +551,9 @@ def is_transient(error: BaseException) -> bool:
     """True for the transient errors, the only ones the helpers retry:
     ``UNAVAILABLE`` (``STORE_UNAVAILABLE``, ``OPERATION_BUSY``, ``OVERLOADED``
     or the transport), ``DEADLINE_EXCEEDED``, a server's ``CANCELLED``
-    "Timeout expired" and ``RESOURCE_EXHAUSTED``/``RATE_LIMITED`` (not
-    ``MESSAGE_TOO_LARGE``): all of them :class:`Unavailable`."""
+    "Timeout expired" and ``RESOURCE_EXHAUSTED`` with ``RATE_LIMITED`` or
+    ``TOO_MANY_WAITERS`` (not ``MESSAGE_TOO_LARGE``): all of them
+    :class:`Unavailable`."""
     return isinstance(error, Unavailable)
 
 
@@ -533,6 +562,15 @@ def is_server_timeout(code: grpc.StatusCode | None, message: str) -> bool:
     answers when the caller's deadline passed inside it: the same as
     ``DEADLINE_EXCEEDED``, unlike a CANCELLED that the caller caused."""
     return code == grpc.StatusCode.CANCELLED and message == SERVER_TIMEOUT_MESSAGE
+
+
+def _status(name: str) -> int | None:
+    """The ``OperationStatus`` value a ``currentStatus`` names; ``None`` for one
+    this client does not know (or none)."""
+    try:
+        return registry_pb2.OperationStatus.Value(name)
+    except ValueError:
+        return None
 
 
 def _int(text: str) -> int | None:

@@ -141,6 +141,7 @@ struct ClaimAnswerVector {
     #[serde(default)]
     lease: bool,
     retry_after_ms: Option<u64>,
+    waited_ms: Option<u64>,
     #[serde(default)]
     remote_ref: String,
 }
@@ -194,6 +195,9 @@ impl ClaimAnswerVector {
             }),
             retry_after: self
                 .retry_after_ms
+                .map(|ms| proto_duration(Duration::from_millis(ms))),
+            waited: self
+                .waited_ms
                 .map(|ms| proto_duration(Duration::from_millis(ms))),
         }
     }

@@ -1,9 +1,11 @@
-//! Keeps the replay cache in step with the database. One listening session,
-//! outside the pool, applies the notices of changed terminal records; a
+//! Keeps the replay cache in step with the database, and wakes waiting calls.
+//! One listening session, outside the pool, applies the notices of changed
+//! terminal records and wakes the waiters of every key a notice names; a
 //! heartbeat sent through the pool (the path the writes take) every quarter
 //! of the allowed staleness proves that the notices reach this process from
 //! the database it writes to. A session that is lost, or that stays silent
-//! for several heartbeats, is replaced, and the cache starts over.
+//! for several heartbeats, is replaced, the cache starts over, and every
+//! waiter reads its operation again (it may have missed a notice).
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +13,7 @@ use sqlx::postgres::PgConnectOptions;
 
 use super::Replays;
 use crate::registry::Registry;
+use crate::registry::waiters::Waiters;
 use crate::store::replay_notices::{self, Notice, Notices};
 use crate::telemetry::metrics;
 
@@ -26,9 +29,9 @@ const SILENT_BEATS: u32 = 8;
 
 impl Registry {
     /// Follows the changes for as long as it is polled; returns at once when
-    /// the replay cache is off.
-    pub async fn follow_replay_changes(&self, options: PgConnectOptions) {
-        if !self.replays.enabled() {
+    /// neither the replay cache nor waiting is on.
+    pub async fn follow_changes(&self, options: PgConnectOptions) {
+        if !self.replays.enabled() && !self.waiters.enabled() {
             return;
         }
         let interval = self.replays.settings.max_staleness / 4;
@@ -36,7 +39,13 @@ impl Registry {
         let started = Instant::now();
         tokio::join!(
             self.send_heartbeats(instance, started, interval),
-            follow_notices(&self.replays, &options, instance, started, interval),
+            follow_notices(
+                (&self.replays, &self.waiters),
+                &options,
+                instance,
+                started,
+                interval
+            ),
         );
     }
 
@@ -59,7 +68,7 @@ impl Registry {
 }
 
 async fn follow_notices(
-    replays: &Replays,
+    (replays, waiters): (&Replays, &Waiters),
     options: &PgConnectOptions,
     instance: u64,
     started: Instant,
@@ -71,8 +80,17 @@ async fn follow_notices(
             Ok(notices) => {
                 failed_before = false;
                 replays.start_over();
-                apply(replays, notices, instance, started, interval * SILENT_BEATS).await;
+                waiters.wake_all();
+                apply(
+                    (replays, waiters),
+                    notices,
+                    instance,
+                    started,
+                    interval * SILENT_BEATS,
+                )
+                .await;
                 replays.start_over();
+                waiters.wake_all();
                 metrics::replay_cache_following(false);
             }
             Err(error) => {
@@ -93,7 +111,7 @@ async fn follow_notices(
 /// Applies notices in the order they come until the session is lost or
 /// stays silent for `silence`.
 async fn apply(
-    replays: &Replays,
+    (replays, waiters): (&Replays, &Waiters),
     mut notices: Notices,
     instance: u64,
     started: Instant,
@@ -104,8 +122,18 @@ async fn apply(
             Notice::Changed {
                 namespace,
                 operation_key,
-            } => replays.forget(&namespace, &operation_key),
-            Notice::All => replays.forget_all(),
+            } => {
+                replays.forget(&namespace, &operation_key);
+                waiters.wake(namespace.as_str(), operation_key.as_str());
+            }
+            Notice::Watched {
+                namespace,
+                operation_key,
+            } => waiters.wake(namespace.as_str(), operation_key.as_str()),
+            Notice::All => {
+                replays.forget_all();
+                waiters.wake_all();
+            }
             Notice::Heartbeat {
                 instance: from,
                 sent_nanos,

@@ -95,7 +95,7 @@ impl Replays {
         }
     }
 
-    /// Whether the cache is on; when it is, [`crate::registry::Registry::follow_replay_changes`]
+    /// Whether the cache is on; when it is, [`crate::registry::Registry::follow_changes`]
     /// must run, or the cache never answers.
     pub fn enabled(&self) -> bool {
         !self.settings.lifetime.is_zero()

@@ -6,18 +6,18 @@ use sqlx::PgExecutor;
 use sqlx::postgres::PgArguments;
 use sqlx::query::QueryAs;
 
-use super::{Operation, OperationRow, end_running_execution, operation_columns};
+use super::{Operation, OperationRow, audit_changed, end_running_execution, operation_columns};
 use crate::domain::admin::{Actor, AdminAction, AuditEntry, Resolution};
 use crate::domain::operation::Status;
 use crate::domain::policy::{RetryPolicy, micros_ceil};
 use crate::store::QueryTimer;
-use crate::store::audit::{AuditRow, audit_columns};
+use crate::store::audit::AuditRow;
 
 /// An operator action as recorded: the operation after it, and its audit row.
 pub type Changed = (Operation, AuditEntry);
 
 #[derive(Debug, sqlx::FromRow)]
-struct ChangeRow {
+pub(super) struct ChangeRow {
     #[sqlx(flatten)]
     operation: OperationRow,
     #[sqlx(flatten)]
@@ -44,19 +44,11 @@ macro_rules! admin_statement {
             operation_columns!(),
             "
              ),
-             audit AS (
-                 INSERT INTO audit_entries (
-                     namespace, operation_key, action, operator, reason, revision, principal,
-                     status_before, status_after, held_before, held_after,
-                     token_before, token_after, at)
-                 SELECT namespace, operation_key, $6, $7, $8, $9, $10,
-                        $4, status, $5, held_at IS NOT NULL,
-                        $3, fencing_token, updated_at
-                 FROM changed
-                 RETURNING ",
-            audit_columns!(),
+             ",
+            audit_changed!(
+                "$6, $7, $8, $9, $10, $4, status, $5, held_at IS NOT NULL, $3, fencing_token, updated_at"
+            ),
             "
-             )
              SELECT ",
             operation_columns!(),
             ", audit.* FROM changed, audit"
@@ -84,7 +76,7 @@ fn guarded<'q>(
         .bind(actor.principal.as_str())
 }
 
-async fn fetch(
+pub(super) async fn fetch(
     db: impl PgExecutor<'_>,
     query: QueryAs<'_, sqlx::Postgres, ChangeRow, PgArguments>,
 ) -> sqlx::Result<Option<Changed>> {

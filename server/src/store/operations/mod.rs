@@ -7,6 +7,7 @@ mod admin;
 mod outcomes;
 mod queue;
 mod retention;
+mod reuse;
 mod transitions;
 
 use chrono::{DateTime, Utc};
@@ -21,6 +22,7 @@ pub use queue::{
     DueCandidate, due, exhaustion_candidates, list, live_retry_leases, serialize_retry_cap,
 };
 pub use retention::{namespaces_with_finished, oldest_finished_age, purge_finished};
+pub use reuse::reuse;
 pub use transitions::{
     BacklogRow, Registered, Registration, backlog, exhaust, register, renew, restart_first_lease,
     start_executions,
@@ -60,6 +62,92 @@ macro_rules! end_running_execution {
     };
 }
 pub(crate) use end_running_execution;
+
+/// The columns a statement that starts a new execution reads from the
+/// locked row `o` as `replaced`: the execution it replaces, a new token
+/// (drawn only for a row that moves) and the clock.
+macro_rules! replaced_execution {
+    () => {
+        "o.namespace AS r_namespace, o.operation_key AS r_key,
+         o.attempts AS r_attempt, o.execution_token AS r_token,
+         o.execution_kind AS r_execution_kind, o.execution_id AS r_execution_id,
+         o.execution_owner AS r_owner, o.execution_started_at AS r_started_at,
+         o.execution_finished_at AS r_finished_at, o.execution_outcome AS r_outcome,
+         o.execution_outcome_digest AS r_digest, o.execution_error_class AS r_class,
+         o.execution_message AS r_message,
+         nextval('fencing_tokens') AS r_new_token, clock_timestamp() AS r_now"
+    };
+}
+pub(crate) use replaced_execution;
+
+/// The CTE `archived`: each `replaced` execution goes to the history,
+/// superseded if it never reported. A row written by hand may have none.
+macro_rules! archive_replaced_execution {
+    () => {
+        "archived AS (
+             INSERT INTO execution_history (
+                 fencing_token, namespace, operation_key, attempt, kind, execution_id, owner,
+                 started_at, finished_at, outcome, outcome_digest, error_class, message)
+             SELECT r_token, r_namespace, r_key, r_attempt, r_execution_kind, r_execution_id,
+                    r_owner, r_started_at,
+                    CASE WHEN r_outcome = 'running' THEN r_now ELSE r_finished_at END,
+                    CASE WHEN r_outcome = 'running' THEN 'superseded' ELSE r_outcome END,
+                    r_digest, r_class, r_message
+             FROM replaced
+             WHERE r_token IS NOT NULL
+         )"
+    };
+}
+pub(crate) use archive_replaced_execution;
+
+/// The SET items that make the new execution (`$kind`, run id `$id`, owner
+/// `$owner`, SQL expressions) current, running from `r_now` under `r_new_token`.
+macro_rules! start_new_execution {
+    ($kind:literal, $id:literal, $owner:literal) => {
+        concat!(
+            "execution_token = r_new_token,
+             execution_kind = ",
+            $kind,
+            ",
+             execution_id = ",
+            $id,
+            ",
+             execution_owner = ",
+            $owner,
+            ",
+             execution_started_at = r_now,
+             execution_finished_at = NULL,
+             execution_outcome = 'running',
+             execution_outcome_digest = NULL,
+             execution_error_class = NULL,
+             execution_message = NULL"
+        )
+    };
+}
+pub(crate) use start_new_execution;
+
+/// The CTE `audit`: one audit row per row of `changed`, from `$values` (the
+/// SQL after namespace and key, in the column order below).
+macro_rules! audit_changed {
+    ($values:literal) => {
+        concat!(
+            "audit AS (
+                 INSERT INTO audit_entries (
+                     namespace, operation_key, action, operator, reason, revision, principal,
+                     status_before, status_after, held_before, held_after,
+                     token_before, token_after, at)
+                 SELECT namespace, operation_key, ",
+            $values,
+            "
+                 FROM changed
+                 RETURNING ",
+            crate::store::audit::audit_columns!(),
+            "
+             )"
+        )
+    };
+}
+pub(crate) use audit_changed;
 
 /// An `operations` row as PostgreSQL returns it.
 #[derive(Debug, sqlx::FromRow)]
@@ -191,6 +279,29 @@ pub async fn find(
         operation_key,
     )
     .await
+}
+
+/// Marks an unfinished operation watched: from the commit on, every change
+/// of its row notifies every replica (migrations/20261206000001), so waiting
+/// calls are woken. A row already marked, or finished (which notifies
+/// anyway), is left alone; the mark is never cleared.
+#[tracing::instrument(level = "debug", name = "store.operations.watch", skip_all)]
+pub async fn watch(
+    db: impl PgExecutor<'_>,
+    namespace: &Namespace,
+    operation_key: &OperationKey,
+) -> sqlx::Result<()> {
+    let _timer = crate::store::QueryTimer::start("operations_watch");
+    sqlx::query(
+        "UPDATE operations SET watched = true
+         WHERE namespace = $1 AND operation_key = $2
+           AND NOT watched AND status NOT IN ('succeeded', 'failed')",
+    )
+    .bind(namespace.as_str())
+    .bind(operation_key.as_str())
+    .execute(db)
+    .await?;
+    Ok(())
 }
 
 /// Like [`find`], and locks the row until the transaction ends, ordering this

@@ -6,7 +6,10 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-use super::{Guards, Observed, OperationRow, end_running_execution, operation_columns, operations};
+use super::{
+    Guards, Observed, OperationRow, archive_replaced_execution, end_running_execution,
+    operation_columns, operations, replaced_execution, start_new_execution,
+};
 use crate::domain::commands::{ClaimCommand, LeaseRequest};
 use crate::domain::ids::{FencingToken, Namespace, OperationKey};
 use crate::domain::operation::{ExecutionKind, Operation};
@@ -340,14 +343,9 @@ pub async fn start_executions(
          -- execution it holds now, which the new one replaces, and the new
          -- token (drawn only for a row that moves).
          replaced AS MATERIALIZED (
-             SELECT w.w_kind AS r_kind, o.namespace AS r_namespace, o.operation_key AS r_key,
-                    o.attempts AS r_attempt, o.execution_token AS r_token,
-                    o.execution_kind AS r_execution_kind, o.execution_id AS r_execution_id,
-                    o.execution_owner AS r_owner, o.execution_started_at AS r_started_at,
-                    o.execution_finished_at AS r_finished_at, o.execution_outcome AS r_outcome,
-                    o.execution_outcome_digest AS r_digest, o.execution_error_class AS r_class,
-                    o.execution_message AS r_message,
-                    nextval('fencing_tokens') AS r_new_token, clock_timestamp() AS r_now
+             SELECT w.w_kind AS r_kind, ",
+        replaced_execution!(),
+        "
              FROM wanted AS w CROSS JOIN LATERAL (
                  SELECT * FROM operations
                  WHERE namespace = w.w_namespace AND operation_key = w.w_key
@@ -358,21 +356,9 @@ pub async fn start_executions(
         still_as_observed!(),
         "
          ),
-         -- The replaced execution goes to the history, superseded if it never
-         -- reported.
-         archived AS (
-             INSERT INTO execution_history (
-                 fencing_token, namespace, operation_key, attempt, kind, execution_id, owner,
-                 started_at, finished_at, outcome, outcome_digest, error_class, message)
-             SELECT r_token, r_namespace, r_key, r_attempt, r_execution_kind, r_execution_id,
-                    r_owner, r_started_at,
-                    CASE WHEN r_outcome = 'running' THEN r_now ELSE r_finished_at END,
-                    CASE WHEN r_outcome = 'running' THEN 'superseded' ELSE r_outcome END,
-                    r_digest, r_class, r_message
-             FROM replaced
-             -- A row written by hand may have no execution to replace.
-             WHERE r_token IS NOT NULL
-         )
+         ",
+        archive_replaced_execution!(),
+        "
          UPDATE operations AS o SET
              fencing_token = r_new_token,
              status = 'in_progress',
@@ -382,17 +368,9 @@ pub async fn start_executions(
              attempts = o.attempts + CASE WHEN r_kind = 'reconcile' THEN 0 ELSE 1 END,
              reconciling = (r_kind = 'reconcile'),
              next_attempt_at = NULL,
-             updated_at = r_now,
-             execution_token = r_new_token,
-             execution_kind = r_kind,
-             execution_id = $8,
-             execution_owner = $6,
-             execution_started_at = r_now,
-             execution_finished_at = NULL,
-             execution_outcome = 'running',
-             execution_outcome_digest = NULL,
-             execution_error_class = NULL,
-             execution_message = NULL
+             updated_at = r_now, ",
+        start_new_execution!("r_kind", "$8", "$6"),
+        "
          FROM replaced
          WHERE o.namespace = r_namespace AND o.operation_key = r_key
          RETURNING ",

@@ -82,6 +82,12 @@ const (
 	ErrorReason_ERROR_REASON_DEADLINE_EXCEEDED ErrorReason = 19
 	// INTERNAL: a fault of the server; nothing about it is sent.
 	ErrorReason_ERROR_REASON_INTERNAL ErrorReason = 20
+	// ALREADY_EXISTS: a Claim with REUSE_POLICY_REJECT_EXISTING found the key
+	// registered (currentStatus).
+	ErrorReason_ERROR_REASON_OPERATION_EXISTS ErrorReason = 21
+	// RESOURCE_EXHAUSTED, with RetryInfo: the replica holds as many waiting
+	// calls as it allows (limit); ask again without a wait, or later.
+	ErrorReason_ERROR_REASON_TOO_MANY_WAITERS ErrorReason = 22
 )
 
 // Enum value maps for ErrorReason.
@@ -108,6 +114,8 @@ var (
 		18: "ERROR_REASON_RATE_LIMITED",
 		19: "ERROR_REASON_DEADLINE_EXCEEDED",
 		20: "ERROR_REASON_INTERNAL",
+		21: "ERROR_REASON_OPERATION_EXISTS",
+		22: "ERROR_REASON_TOO_MANY_WAITERS",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":              0,
@@ -131,6 +139,8 @@ var (
 		"ERROR_REASON_RATE_LIMITED":             18,
 		"ERROR_REASON_DEADLINE_EXCEEDED":        19,
 		"ERROR_REASON_INTERNAL":                 20,
+		"ERROR_REASON_OPERATION_EXISTS":         21,
+		"ERROR_REASON_TOO_MANY_WAITERS":         22,
 	}
 )
 
@@ -166,7 +176,8 @@ type ErrorMetadataKey int32
 
 const (
 	ErrorMetadataKey_ERROR_METADATA_KEY_UNSPECIFIED ErrorMetadataKey = 0
-	// MESSAGE_TOO_LARGE: the byte limit of the method.
+	// MESSAGE_TOO_LARGE: the byte limit of the method; TOO_MANY_WAITERS: the
+	// replica's limit of waiting calls.
 	ErrorMetadataKey_ERROR_METADATA_KEY_LIMIT ErrorMetadataKey = 1
 	// PARAMETER_CONFLICT: the stored parameters' digest, hex.
 	ErrorMetadataKey_ERROR_METADATA_KEY_STORED_DIGEST ErrorMetadataKey = 2
@@ -186,7 +197,7 @@ const (
 	ErrorMetadataKey_ERROR_METADATA_KEY_FENCING_TOKEN ErrorMetadataKey = 9
 	// ALREADY_COMPENSATED: the key of the compensating operation.
 	ErrorMetadataKey_ERROR_METADATA_KEY_COMPENSATED_BY ErrorMetadataKey = 10
-	// INVALID_TRANSITION: the operation's status name.
+	// INVALID_TRANSITION and OPERATION_EXISTS: the operation's status name.
 	ErrorMetadataKey_ERROR_METADATA_KEY_CURRENT_STATUS ErrorMetadataKey = 11
 	// INVALID_TRANSITION: "true" when an operator holds the operation.
 	ErrorMetadataKey_ERROR_METADATA_KEY_HELD ErrorMetadataKey = 12
@@ -273,7 +284,7 @@ var File_opreg_v1_errors_proto protoreflect.FileDescriptor
 
 const file_opreg_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x15opreg/v1/errors.proto\x12\bopreg.v1*\xf1\x05\n" +
+	"\x15opreg/v1/errors.proto\x12\bopreg.v1*\xb7\x06\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12\"\n" +
@@ -296,7 +307,9 @@ const file_opreg_v1_errors_proto_rawDesc = "" +
 	"\x17ERROR_REASON_OVERLOADED\x10\x11\x12\x1d\n" +
 	"\x19ERROR_REASON_RATE_LIMITED\x10\x12\x12\"\n" +
 	"\x1eERROR_REASON_DEADLINE_EXCEEDED\x10\x13\x12\x19\n" +
-	"\x15ERROR_REASON_INTERNAL\x10\x14*\x90\x05\n" +
+	"\x15ERROR_REASON_INTERNAL\x10\x14\x12!\n" +
+	"\x1dERROR_REASON_OPERATION_EXISTS\x10\x15\x12!\n" +
+	"\x1dERROR_REASON_TOO_MANY_WAITERS\x10\x16*\x90\x05\n" +
 	"\x10ErrorMetadataKey\x12\"\n" +
 	"\x1eERROR_METADATA_KEY_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18ERROR_METADATA_KEY_LIMIT\x10\x01\x12$\n" +

@@ -28,6 +28,71 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// What a Claim may do with a key that is already registered. A parameter
+// conflict is refused under every policy, and a SUCCEEDED operation never
+// runs again.
+type ReusePolicy int32
+
+const (
+	ReusePolicy_REUSE_POLICY_UNSPECIFIED ReusePolicy = 0
+	// An existing operation answers as its status says; a recorded result (a
+	// success or a business failure) is replayed forever.
+	ReusePolicy_REUSE_POLICY_REPLAY ReusePolicy = 1
+	// As REPLAY, except that a FAILED or DEAD operation starts again under the
+	// same key and parameters: ACQUIRED with a new token and a fresh budget (the
+	// request's retry_policy, or the server defaults), attempt numbers
+	// continuing, the earlier executions kept in the history.
+	ReusePolicy_REUSE_POLICY_AFTER_FAILURE ReusePolicy = 2
+	// Any existing key is refused with ALREADY_EXISTS (reason
+	// OPERATION_EXISTS, metadata currentStatus): only the call that registers
+	// the key proceeds, and its owner may resume the live lease it was granted
+	// (a Claim retried after its answer was lost).
+	ReusePolicy_REUSE_POLICY_REJECT_EXISTING ReusePolicy = 3
+)
+
+// Enum value maps for ReusePolicy.
+var (
+	ReusePolicy_name = map[int32]string{
+		0: "REUSE_POLICY_UNSPECIFIED",
+		1: "REUSE_POLICY_REPLAY",
+		2: "REUSE_POLICY_AFTER_FAILURE",
+		3: "REUSE_POLICY_REJECT_EXISTING",
+	}
+	ReusePolicy_value = map[string]int32{
+		"REUSE_POLICY_UNSPECIFIED":     0,
+		"REUSE_POLICY_REPLAY":          1,
+		"REUSE_POLICY_AFTER_FAILURE":   2,
+		"REUSE_POLICY_REJECT_EXISTING": 3,
+	}
+)
+
+func (x ReusePolicy) Enum() *ReusePolicy {
+	p := new(ReusePolicy)
+	*p = x
+	return p
+}
+
+func (x ReusePolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReusePolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_opreg_v1_registry_proto_enumTypes[0].Descriptor()
+}
+
+func (ReusePolicy) Type() protoreflect.EnumType {
+	return &file_opreg_v1_registry_proto_enumTypes[0]
+}
+
+func (x ReusePolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReusePolicy.Descriptor instead.
+func (ReusePolicy) EnumDescriptor() ([]byte, []int) {
+	return file_opreg_v1_registry_proto_rawDescGZIP(), []int{0}
+}
+
 type ClaimOutcome int32
 
 const (
@@ -84,11 +149,11 @@ func (x ClaimOutcome) String() string {
 }
 
 func (ClaimOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_opreg_v1_registry_proto_enumTypes[0].Descriptor()
+	return file_opreg_v1_registry_proto_enumTypes[1].Descriptor()
 }
 
 func (ClaimOutcome) Type() protoreflect.EnumType {
-	return &file_opreg_v1_registry_proto_enumTypes[0]
+	return &file_opreg_v1_registry_proto_enumTypes[1]
 }
 
 func (x ClaimOutcome) Number() protoreflect.EnumNumber {
@@ -97,7 +162,7 @@ func (x ClaimOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ClaimOutcome.Descriptor instead.
 func (ClaimOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_opreg_v1_registry_proto_rawDescGZIP(), []int{0}
+	return file_opreg_v1_registry_proto_rawDescGZIP(), []int{1}
 }
 
 type OperationStatus int32
@@ -145,11 +210,11 @@ func (x OperationStatus) String() string {
 }
 
 func (OperationStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_opreg_v1_registry_proto_enumTypes[1].Descriptor()
+	return file_opreg_v1_registry_proto_enumTypes[2].Descriptor()
 }
 
 func (OperationStatus) Type() protoreflect.EnumType {
-	return &file_opreg_v1_registry_proto_enumTypes[1]
+	return &file_opreg_v1_registry_proto_enumTypes[2]
 }
 
 func (x OperationStatus) Number() protoreflect.EnumNumber {
@@ -158,7 +223,7 @@ func (x OperationStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OperationStatus.Descriptor instead.
 func (OperationStatus) EnumDescriptor() ([]byte, []int) {
-	return file_opreg_v1_registry_proto_rawDescGZIP(), []int{1}
+	return file_opreg_v1_registry_proto_rawDescGZIP(), []int{2}
 }
 
 type ExecutionKind int32
@@ -169,6 +234,9 @@ const (
 	ExecutionKind_EXECUTION_KIND_RETRY       ExecutionKind = 2
 	ExecutionKind_EXECUTION_KIND_TAKEOVER    ExecutionKind = 3
 	ExecutionKind_EXECUTION_KIND_RECONCILE   ExecutionKind = 4
+	// A new attempt after a business failure or DEAD, started by a Claim with
+	// REUSE_POLICY_AFTER_FAILURE.
+	ExecutionKind_EXECUTION_KIND_REUSE ExecutionKind = 5
 )
 
 // Enum value maps for ExecutionKind.
@@ -179,6 +247,7 @@ var (
 		2: "EXECUTION_KIND_RETRY",
 		3: "EXECUTION_KIND_TAKEOVER",
 		4: "EXECUTION_KIND_RECONCILE",
+		5: "EXECUTION_KIND_REUSE",
 	}
 	ExecutionKind_value = map[string]int32{
 		"EXECUTION_KIND_UNSPECIFIED": 0,
@@ -186,6 +255,7 @@ var (
 		"EXECUTION_KIND_RETRY":       2,
 		"EXECUTION_KIND_TAKEOVER":    3,
 		"EXECUTION_KIND_RECONCILE":   4,
+		"EXECUTION_KIND_REUSE":       5,
 	}
 )
 
@@ -200,11 +270,11 @@ func (x ExecutionKind) String() string {
 }
 
 func (ExecutionKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_opreg_v1_registry_proto_enumTypes[2].Descriptor()
+	return file_opreg_v1_registry_proto_enumTypes[3].Descriptor()
 }
 
 func (ExecutionKind) Type() protoreflect.EnumType {
-	return &file_opreg_v1_registry_proto_enumTypes[2]
+	return &file_opreg_v1_registry_proto_enumTypes[3]
 }
 
 func (x ExecutionKind) Number() protoreflect.EnumNumber {
@@ -213,7 +283,7 @@ func (x ExecutionKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExecutionKind.Descriptor instead.
 func (ExecutionKind) EnumDescriptor() ([]byte, []int) {
-	return file_opreg_v1_registry_proto_rawDescGZIP(), []int{2}
+	return file_opreg_v1_registry_proto_rawDescGZIP(), []int{3}
 }
 
 type ExecutionOutcome int32
@@ -267,11 +337,11 @@ func (x ExecutionOutcome) String() string {
 }
 
 func (ExecutionOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_opreg_v1_registry_proto_enumTypes[3].Descriptor()
+	return file_opreg_v1_registry_proto_enumTypes[4].Descriptor()
 }
 
 func (ExecutionOutcome) Type() protoreflect.EnumType {
-	return &file_opreg_v1_registry_proto_enumTypes[3]
+	return &file_opreg_v1_registry_proto_enumTypes[4]
 }
 
 func (x ExecutionOutcome) Number() protoreflect.EnumNumber {
@@ -280,7 +350,7 @@ func (x ExecutionOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExecutionOutcome.Descriptor instead.
 func (ExecutionOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_opreg_v1_registry_proto_rawDescGZIP(), []int{3}
+	return file_opreg_v1_registry_proto_rawDescGZIP(), []int{4}
 }
 
 // What an operator did (OperationAdmin).
@@ -292,6 +362,9 @@ const (
 	AdminAction_ADMIN_ACTION_REQUEUE     AdminAction = 2
 	AdminAction_ADMIN_ACTION_HOLD        AdminAction = 3
 	AdminAction_ADMIN_ACTION_RELEASE     AdminAction = 4
+	// Not an operator: a Claim with REUSE_POLICY_AFTER_FAILURE started a FAILED
+	// or DEAD operation again. The operator is the claim's owner.
+	AdminAction_ADMIN_ACTION_REUSE AdminAction = 5
 )
 
 // Enum value maps for AdminAction.
@@ -302,6 +375,7 @@ var (
 		2: "ADMIN_ACTION_REQUEUE",
 		3: "ADMIN_ACTION_HOLD",
 		4: "ADMIN_ACTION_RELEASE",
+		5: "ADMIN_ACTION_REUSE",
 	}
 	AdminAction_value = map[string]int32{
 		"ADMIN_ACTION_UNSPECIFIED": 0,
@@ -309,6 +383,7 @@ var (
 		"ADMIN_ACTION_REQUEUE":     2,
 		"ADMIN_ACTION_HOLD":        3,
 		"ADMIN_ACTION_RELEASE":     4,
+		"ADMIN_ACTION_REUSE":       5,
 	}
 )
 
@@ -323,11 +398,11 @@ func (x AdminAction) String() string {
 }
 
 func (AdminAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_opreg_v1_registry_proto_enumTypes[4].Descriptor()
+	return file_opreg_v1_registry_proto_enumTypes[5].Descriptor()
 }
 
 func (AdminAction) Type() protoreflect.EnumType {
-	return &file_opreg_v1_registry_proto_enumTypes[4]
+	return &file_opreg_v1_registry_proto_enumTypes[5]
 }
 
 func (x AdminAction) Number() protoreflect.EnumNumber {
@@ -336,7 +411,7 @@ func (x AdminAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AdminAction.Descriptor instead.
 func (AdminAction) EnumDescriptor() ([]byte, []int) {
-	return file_opreg_v1_registry_proto_rawDescGZIP(), []int{4}
+	return file_opreg_v1_registry_proto_rawDescGZIP(), []int{5}
 }
 
 type BatchClaimRequest struct {
@@ -710,7 +785,15 @@ type ClaimRequest struct {
 	// absent. When given, all four fields are required.
 	RetryPolicy *RetryPolicy `protobuf:"bytes,8,opt,name=retry_policy,json=retryPolicy,proto3" json:"retry_policy,omitempty"`
 	// Key of the operation in the same namespace that this one compensates.
-	Compensates   string `protobuf:"bytes,9,opt,name=compensates,proto3" json:"compensates,omitempty"`
+	Compensates string `protobuf:"bytes,9,opt,name=compensates,proto3" json:"compensates,omitempty"`
+	// Hold the call while the answer would be IN_PROGRESS or RETRY_LATER, until
+	// the operation reaches an answer the caller can act on (REPLAYED, ACQUIRED
+	// after a lease expired or a retry fell due, RECONCILE, DEAD, HELD) or the
+	// wait ends; then answer as a fresh Claim would. Capped by the server's
+	// maximum and by the call's deadline. Absent or zero: answer at once.
+	Wait *durationpb.Duration `protobuf:"bytes,10,opt,name=wait,proto3" json:"wait,omitempty"`
+	// What an existing key allows. UNSPECIFIED is REPLAY.
+	Reuse         ReusePolicy `protobuf:"varint,11,opt,name=reuse,proto3,enum=opreg.v1.ReusePolicy" json:"reuse,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -819,6 +902,20 @@ func (x *ClaimRequest) GetCompensates() string {
 	return ""
 }
 
+func (x *ClaimRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+func (x *ClaimRequest) GetReuse() ReusePolicy {
+	if x != nil {
+		return x.Reuse
+	}
+	return ReusePolicy_REUSE_POLICY_UNSPECIFIED
+}
+
 type isClaimRequest_Fingerprint interface {
 	isClaimRequest_Fingerprint()
 }
@@ -915,7 +1012,11 @@ type ClaimResponse struct {
 	Lease     *Lease     `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
 	Operation *Operation `protobuf:"bytes,3,opt,name=operation,proto3" json:"operation,omitempty"`
 	// Set for IN_PROGRESS, RETRY_LATER and HELD.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,4,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	RetryAfter *durationpb.Duration `protobuf:"bytes,4,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// Set when the request asked to wait and this server waits: how long the
+	// call was held. A server that does not wait leaves it unset, and the caller
+	// falls back to claiming again after retry_after.
+	Waited        *durationpb.Duration `protobuf:"bytes,5,opt,name=waited,proto3" json:"waited,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -974,6 +1075,13 @@ func (x *ClaimResponse) GetOperation() *Operation {
 func (x *ClaimResponse) GetRetryAfter() *durationpb.Duration {
 	if x != nil {
 		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *ClaimResponse) GetWaited() *durationpb.Duration {
+	if x != nil {
+		return x.Waited
 	}
 	return nil
 }
@@ -1464,7 +1572,13 @@ type LookupRequest struct {
 	// Fill Operation.parameters when they were given as a Struct.
 	IncludeParameters bool `protobuf:"varint,4,opt,name=include_parameters,json=includeParameters,proto3" json:"include_parameters,omitempty"`
 	// Return the operator actions taken on the operation.
-	IncludeAudit  bool `protobuf:"varint,5,opt,name=include_audit,json=includeAudit,proto3" json:"include_audit,omitempty"`
+	IncludeAudit bool `protobuf:"varint,5,opt,name=include_audit,json=includeAudit,proto3" json:"include_audit,omitempty"`
+	// Hold the call until the operation's status differs from `changed_from`
+	// or the wait ends, then answer. Capped like ClaimRequest.wait. An
+	// operation that does not exist is NOT_FOUND at once.
+	Wait *durationpb.Duration `protobuf:"bytes,6,opt,name=wait,proto3" json:"wait,omitempty"`
+	// The status the caller knows. UNSPECIFIED: the status when the call arrives.
+	ChangedFrom   OperationStatus `protobuf:"varint,7,opt,name=changed_from,json=changedFrom,proto3,enum=opreg.v1.OperationStatus" json:"changed_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1534,13 +1648,30 @@ func (x *LookupRequest) GetIncludeAudit() bool {
 	return false
 }
 
+func (x *LookupRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+func (x *LookupRequest) GetChangedFrom() OperationStatus {
+	if x != nil {
+		return x.ChangedFrom
+	}
+	return OperationStatus_OPERATION_STATUS_UNSPECIFIED
+}
+
 type LookupResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Operation *Operation             `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
 	// Ordered by attempt, ascending.
 	Executions []*Execution `protobuf:"bytes,2,rep,name=executions,proto3" json:"executions,omitempty"`
 	// Oldest first.
-	Audit         []*AuditEntry `protobuf:"bytes,3,rep,name=audit,proto3" json:"audit,omitempty"`
+	Audit []*AuditEntry `protobuf:"bytes,3,rep,name=audit,proto3" json:"audit,omitempty"`
+	// Set when the request asked to wait and this server waits: how long the
+	// call was held.
+	Waited        *durationpb.Duration `protobuf:"bytes,4,opt,name=waited,proto3" json:"waited,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1592,6 +1723,13 @@ func (x *LookupResponse) GetExecutions() []*Execution {
 func (x *LookupResponse) GetAudit() []*AuditEntry {
 	if x != nil {
 		return x.Audit
+	}
+	return nil
+}
+
+func (x *LookupResponse) GetWaited() *durationpb.Duration {
+	if x != nil {
+		return x.Waited
 	}
 	return nil
 }
@@ -2660,7 +2798,7 @@ const file_opreg_v1_registry_proto_rawDesc = "" +
 	"\x13BatchCompleteResult\x12:\n" +
 	"\tcompleted\x18\x01 \x01(\v2\x1a.opreg.v1.CompleteResponseH\x00R\tcompleted\x12*\n" +
 	"\x05error\x18\x02 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
-	"\x06result\"\x97\x03\n" +
+	"\x06result\"\xf3\x03\n" +
 	"\fClaimRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12#\n" +
 	"\roperation_key\x18\x02 \x01(\tR\foperationKey\x129\n" +
@@ -2672,20 +2810,24 @@ const file_opreg_v1_registry_proto_rawDesc = "" +
 	"\fexecution_id\x18\x06 \x01(\tR\vexecutionId\x126\n" +
 	"\tlease_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x128\n" +
 	"\fretry_policy\x18\b \x01(\v2\x15.opreg.v1.RetryPolicyR\vretryPolicy\x12 \n" +
-	"\vcompensates\x18\t \x01(\tR\vcompensatesB\r\n" +
+	"\vcompensates\x18\t \x01(\tR\vcompensates\x12-\n" +
+	"\x04wait\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12+\n" +
+	"\x05reuse\x18\v \x01(\x0e2\x15.opreg.v1.ReusePolicyR\x05reuseB\r\n" +
 	"\vfingerprint\"\xe7\x01\n" +
 	"\vRetryPolicy\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\rR\vmaxAttempts\x12B\n" +
 	"\x0finitial_backoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0einitialBackoff\x12:\n" +
 	"\vmax_backoff\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"maxBackoff\x125\n" +
-	"\bdeadline\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bdeadline\"\xd7\x01\n" +
+	"\bdeadline\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bdeadline\"\x8a\x02\n" +
 	"\rClaimResponse\x120\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x16.opreg.v1.ClaimOutcomeR\aoutcome\x12%\n" +
 	"\x05lease\x18\x02 \x01(\v2\x0f.opreg.v1.LeaseR\x05lease\x121\n" +
 	"\toperation\x18\x03 \x01(\v2\x13.opreg.v1.OperationR\toperation\x12:\n" +
 	"\vretry_after\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"\xb3\x01\n" +
+	"retryAfter\x121\n" +
+	"\x06waited\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x06waited\"\xb3\x01\n" +
 	"\x05Lease\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\x129\n" +
@@ -2720,19 +2862,22 @@ const file_opreg_v1_registry_proto_rawDesc = "" +
 	"remote_ref\x18\x01 \x01(\tR\tremoteRef\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"E\n" +
 	"\x10CompleteResponse\x121\n" +
-	"\toperation\x18\x01 \x01(\v2\x13.opreg.v1.OperationR\toperation\"\xd5\x01\n" +
+	"\toperation\x18\x01 \x01(\v2\x13.opreg.v1.OperationR\toperation\"\xc2\x02\n" +
 	"\rLookupRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12#\n" +
 	"\roperation_key\x18\x02 \x01(\tR\foperationKey\x12-\n" +
 	"\x12include_executions\x18\x03 \x01(\bR\x11includeExecutions\x12-\n" +
 	"\x12include_parameters\x18\x04 \x01(\bR\x11includeParameters\x12#\n" +
-	"\rinclude_audit\x18\x05 \x01(\bR\fincludeAudit\"\xa4\x01\n" +
+	"\rinclude_audit\x18\x05 \x01(\bR\fincludeAudit\x12-\n" +
+	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12<\n" +
+	"\fchanged_from\x18\a \x01(\x0e2\x19.opreg.v1.OperationStatusR\vchangedFrom\"\xd7\x01\n" +
 	"\x0eLookupResponse\x121\n" +
 	"\toperation\x18\x01 \x01(\v2\x13.opreg.v1.OperationR\toperation\x123\n" +
 	"\n" +
 	"executions\x18\x02 \x03(\v2\x13.opreg.v1.ExecutionR\n" +
 	"executions\x12*\n" +
-	"\x05audit\x18\x03 \x03(\v2\x14.opreg.v1.AuditEntryR\x05audit\"\xb6\x01\n" +
+	"\x05audit\x18\x03 \x03(\v2\x14.opreg.v1.AuditEntryR\x05audit\x121\n" +
+	"\x06waited\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06waited\"\xb6\x01\n" +
 	"\x0fClaimDueRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12!\n" +
@@ -2836,7 +2981,12 @@ const file_opreg_v1_registry_proto_rawDesc = "" +
 	"\vheld_before\x18\v \x01(\bR\n" +
 	"heldBefore\x12\x1d\n" +
 	"\n" +
-	"held_after\x18\f \x01(\bR\theldAfter*\xf0\x01\n" +
+	"held_after\x18\f \x01(\bR\theldAfter*\x86\x01\n" +
+	"\vReusePolicy\x12\x1c\n" +
+	"\x18REUSE_POLICY_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13REUSE_POLICY_REPLAY\x10\x01\x12\x1e\n" +
+	"\x1aREUSE_POLICY_AFTER_FAILURE\x10\x02\x12 \n" +
+	"\x1cREUSE_POLICY_REJECT_EXISTING\x10\x03*\xf0\x01\n" +
 	"\fClaimOutcome\x12\x1d\n" +
 	"\x19CLAIM_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16CLAIM_OUTCOME_ACQUIRED\x10\x01\x12\x1a\n" +
@@ -2853,13 +3003,14 @@ const file_opreg_v1_registry_proto_rawDesc = "" +
 	"\x17OPERATION_STATUS_FAILED\x10\x03\x12$\n" +
 	" OPERATION_STATUS_RETRY_SCHEDULED\x10\x04\x12\x1c\n" +
 	"\x18OPERATION_STATUS_UNKNOWN\x10\x05\x12\x19\n" +
-	"\x15OPERATION_STATUS_DEAD\x10\x06*\x9e\x01\n" +
+	"\x15OPERATION_STATUS_DEAD\x10\x06*\xb8\x01\n" +
 	"\rExecutionKind\x12\x1e\n" +
 	"\x1aEXECUTION_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14EXECUTION_KIND_FIRST\x10\x01\x12\x18\n" +
 	"\x14EXECUTION_KIND_RETRY\x10\x02\x12\x1b\n" +
 	"\x17EXECUTION_KIND_TAKEOVER\x10\x03\x12\x1c\n" +
-	"\x18EXECUTION_KIND_RECONCILE\x10\x04*\x94\x02\n" +
+	"\x18EXECUTION_KIND_RECONCILE\x10\x04\x12\x18\n" +
+	"\x14EXECUTION_KIND_REUSE\x10\x05*\x94\x02\n" +
 	"\x10ExecutionOutcome\x12!\n" +
 	"\x1dEXECUTION_OUTCOME_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19EXECUTION_OUTCOME_RUNNING\x10\x01\x12\x1f\n" +
@@ -2868,13 +3019,14 @@ const file_opreg_v1_registry_proto_rawDesc = "" +
 	"\x1bEXECUTION_OUTCOME_RETRYABLE\x10\x04\x12\x1d\n" +
 	"\x19EXECUTION_OUTCOME_UNKNOWN\x10\x05\x12 \n" +
 	"\x1cEXECUTION_OUTCOME_SUPERSEDED\x10\x06\x12\x1d\n" +
-	"\x19EXECUTION_OUTCOME_REVOKED\x10\a*\x90\x01\n" +
+	"\x19EXECUTION_OUTCOME_REVOKED\x10\a*\xa8\x01\n" +
 	"\vAdminAction\x12\x1c\n" +
 	"\x18ADMIN_ACTION_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ADMIN_ACTION_RESOLVE\x10\x01\x12\x18\n" +
 	"\x14ADMIN_ACTION_REQUEUE\x10\x02\x12\x15\n" +
 	"\x11ADMIN_ACTION_HOLD\x10\x03\x12\x18\n" +
-	"\x14ADMIN_ACTION_RELEASE\x10\x042\xfd\x04\n" +
+	"\x14ADMIN_ACTION_RELEASE\x10\x04\x12\x16\n" +
+	"\x12ADMIN_ACTION_REUSE\x10\x052\xfd\x04\n" +
 	"\x11OperationRegistry\x128\n" +
 	"\x05Claim\x12\x16.opreg.v1.ClaimRequest\x1a\x17.opreg.v1.ClaimResponse\x12A\n" +
 	"\bComplete\x12\x19.opreg.v1.CompleteRequest\x1a\x1a.opreg.v1.CompleteResponse\x12;\n" +
@@ -2900,126 +3052,133 @@ func file_opreg_v1_registry_proto_rawDescGZIP() []byte {
 	return file_opreg_v1_registry_proto_rawDescData
 }
 
-var file_opreg_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_opreg_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
 var file_opreg_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_opreg_v1_registry_proto_goTypes = []any{
-	(ClaimOutcome)(0),             // 0: opreg.v1.ClaimOutcome
-	(OperationStatus)(0),          // 1: opreg.v1.OperationStatus
-	(ExecutionKind)(0),            // 2: opreg.v1.ExecutionKind
-	(ExecutionOutcome)(0),         // 3: opreg.v1.ExecutionOutcome
-	(AdminAction)(0),              // 4: opreg.v1.AdminAction
-	(*BatchClaimRequest)(nil),     // 5: opreg.v1.BatchClaimRequest
-	(*BatchClaimResponse)(nil),    // 6: opreg.v1.BatchClaimResponse
-	(*BatchClaimResult)(nil),      // 7: opreg.v1.BatchClaimResult
-	(*BatchCompleteRequest)(nil),  // 8: opreg.v1.BatchCompleteRequest
-	(*BatchCompleteResponse)(nil), // 9: opreg.v1.BatchCompleteResponse
-	(*BatchCompleteResult)(nil),   // 10: opreg.v1.BatchCompleteResult
-	(*ClaimRequest)(nil),          // 11: opreg.v1.ClaimRequest
-	(*RetryPolicy)(nil),           // 12: opreg.v1.RetryPolicy
-	(*ClaimResponse)(nil),         // 13: opreg.v1.ClaimResponse
-	(*Lease)(nil),                 // 14: opreg.v1.Lease
-	(*CompleteRequest)(nil),       // 15: opreg.v1.CompleteRequest
-	(*Success)(nil),               // 16: opreg.v1.Success
-	(*Failure)(nil),               // 17: opreg.v1.Failure
-	(*RetryableError)(nil),        // 18: opreg.v1.RetryableError
-	(*UnknownOutcome)(nil),        // 19: opreg.v1.UnknownOutcome
-	(*CompleteResponse)(nil),      // 20: opreg.v1.CompleteResponse
-	(*LookupRequest)(nil),         // 21: opreg.v1.LookupRequest
-	(*LookupResponse)(nil),        // 22: opreg.v1.LookupResponse
-	(*ClaimDueRequest)(nil),       // 23: opreg.v1.ClaimDueRequest
-	(*ClaimDueResponse)(nil),      // 24: opreg.v1.ClaimDueResponse
-	(*DueOperation)(nil),          // 25: opreg.v1.DueOperation
-	(*RenewRequest)(nil),          // 26: opreg.v1.RenewRequest
-	(*RenewResponse)(nil),         // 27: opreg.v1.RenewResponse
-	(*FencedWriteRequest)(nil),    // 28: opreg.v1.FencedWriteRequest
-	(*FencedWriteResponse)(nil),   // 29: opreg.v1.FencedWriteResponse
-	(*GetResourceRequest)(nil),    // 30: opreg.v1.GetResourceRequest
-	(*GetResourceResponse)(nil),   // 31: opreg.v1.GetResourceResponse
-	(*Operation)(nil),             // 32: opreg.v1.Operation
-	(*Execution)(nil),             // 33: opreg.v1.Execution
-	(*AuditEntry)(nil),            // 34: opreg.v1.AuditEntry
-	(*status.Status)(nil),         // 35: google.rpc.Status
-	(*structpb.Struct)(nil),       // 36: google.protobuf.Struct
-	(*durationpb.Duration)(nil),   // 37: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
+	(ReusePolicy)(0),              // 0: opreg.v1.ReusePolicy
+	(ClaimOutcome)(0),             // 1: opreg.v1.ClaimOutcome
+	(OperationStatus)(0),          // 2: opreg.v1.OperationStatus
+	(ExecutionKind)(0),            // 3: opreg.v1.ExecutionKind
+	(ExecutionOutcome)(0),         // 4: opreg.v1.ExecutionOutcome
+	(AdminAction)(0),              // 5: opreg.v1.AdminAction
+	(*BatchClaimRequest)(nil),     // 6: opreg.v1.BatchClaimRequest
+	(*BatchClaimResponse)(nil),    // 7: opreg.v1.BatchClaimResponse
+	(*BatchClaimResult)(nil),      // 8: opreg.v1.BatchClaimResult
+	(*BatchCompleteRequest)(nil),  // 9: opreg.v1.BatchCompleteRequest
+	(*BatchCompleteResponse)(nil), // 10: opreg.v1.BatchCompleteResponse
+	(*BatchCompleteResult)(nil),   // 11: opreg.v1.BatchCompleteResult
+	(*ClaimRequest)(nil),          // 12: opreg.v1.ClaimRequest
+	(*RetryPolicy)(nil),           // 13: opreg.v1.RetryPolicy
+	(*ClaimResponse)(nil),         // 14: opreg.v1.ClaimResponse
+	(*Lease)(nil),                 // 15: opreg.v1.Lease
+	(*CompleteRequest)(nil),       // 16: opreg.v1.CompleteRequest
+	(*Success)(nil),               // 17: opreg.v1.Success
+	(*Failure)(nil),               // 18: opreg.v1.Failure
+	(*RetryableError)(nil),        // 19: opreg.v1.RetryableError
+	(*UnknownOutcome)(nil),        // 20: opreg.v1.UnknownOutcome
+	(*CompleteResponse)(nil),      // 21: opreg.v1.CompleteResponse
+	(*LookupRequest)(nil),         // 22: opreg.v1.LookupRequest
+	(*LookupResponse)(nil),        // 23: opreg.v1.LookupResponse
+	(*ClaimDueRequest)(nil),       // 24: opreg.v1.ClaimDueRequest
+	(*ClaimDueResponse)(nil),      // 25: opreg.v1.ClaimDueResponse
+	(*DueOperation)(nil),          // 26: opreg.v1.DueOperation
+	(*RenewRequest)(nil),          // 27: opreg.v1.RenewRequest
+	(*RenewResponse)(nil),         // 28: opreg.v1.RenewResponse
+	(*FencedWriteRequest)(nil),    // 29: opreg.v1.FencedWriteRequest
+	(*FencedWriteResponse)(nil),   // 30: opreg.v1.FencedWriteResponse
+	(*GetResourceRequest)(nil),    // 31: opreg.v1.GetResourceRequest
+	(*GetResourceResponse)(nil),   // 32: opreg.v1.GetResourceResponse
+	(*Operation)(nil),             // 33: opreg.v1.Operation
+	(*Execution)(nil),             // 34: opreg.v1.Execution
+	(*AuditEntry)(nil),            // 35: opreg.v1.AuditEntry
+	(*status.Status)(nil),         // 36: google.rpc.Status
+	(*structpb.Struct)(nil),       // 37: google.protobuf.Struct
+	(*durationpb.Duration)(nil),   // 38: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
 }
 var file_opreg_v1_registry_proto_depIdxs = []int32{
-	11, // 0: opreg.v1.BatchClaimRequest.claims:type_name -> opreg.v1.ClaimRequest
-	7,  // 1: opreg.v1.BatchClaimResponse.results:type_name -> opreg.v1.BatchClaimResult
-	13, // 2: opreg.v1.BatchClaimResult.claim:type_name -> opreg.v1.ClaimResponse
-	35, // 3: opreg.v1.BatchClaimResult.error:type_name -> google.rpc.Status
-	15, // 4: opreg.v1.BatchCompleteRequest.completions:type_name -> opreg.v1.CompleteRequest
-	10, // 5: opreg.v1.BatchCompleteResponse.results:type_name -> opreg.v1.BatchCompleteResult
-	20, // 6: opreg.v1.BatchCompleteResult.completed:type_name -> opreg.v1.CompleteResponse
-	35, // 7: opreg.v1.BatchCompleteResult.error:type_name -> google.rpc.Status
-	36, // 8: opreg.v1.ClaimRequest.parameters:type_name -> google.protobuf.Struct
-	37, // 9: opreg.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
-	12, // 10: opreg.v1.ClaimRequest.retry_policy:type_name -> opreg.v1.RetryPolicy
-	37, // 11: opreg.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	37, // 12: opreg.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	37, // 13: opreg.v1.RetryPolicy.deadline:type_name -> google.protobuf.Duration
-	0,  // 14: opreg.v1.ClaimResponse.outcome:type_name -> opreg.v1.ClaimOutcome
-	14, // 15: opreg.v1.ClaimResponse.lease:type_name -> opreg.v1.Lease
-	32, // 16: opreg.v1.ClaimResponse.operation:type_name -> opreg.v1.Operation
-	37, // 17: opreg.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
-	38, // 18: opreg.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	16, // 19: opreg.v1.CompleteRequest.success:type_name -> opreg.v1.Success
-	17, // 20: opreg.v1.CompleteRequest.failure:type_name -> opreg.v1.Failure
-	18, // 21: opreg.v1.CompleteRequest.retryable:type_name -> opreg.v1.RetryableError
-	19, // 22: opreg.v1.CompleteRequest.unknown:type_name -> opreg.v1.UnknownOutcome
-	37, // 23: opreg.v1.RetryableError.retry_after:type_name -> google.protobuf.Duration
-	32, // 24: opreg.v1.CompleteResponse.operation:type_name -> opreg.v1.Operation
-	32, // 25: opreg.v1.LookupResponse.operation:type_name -> opreg.v1.Operation
-	33, // 26: opreg.v1.LookupResponse.executions:type_name -> opreg.v1.Execution
-	34, // 27: opreg.v1.LookupResponse.audit:type_name -> opreg.v1.AuditEntry
-	37, // 28: opreg.v1.ClaimDueRequest.lease_ttl:type_name -> google.protobuf.Duration
-	25, // 29: opreg.v1.ClaimDueResponse.operations:type_name -> opreg.v1.DueOperation
-	0,  // 30: opreg.v1.DueOperation.outcome:type_name -> opreg.v1.ClaimOutcome
-	14, // 31: opreg.v1.DueOperation.lease:type_name -> opreg.v1.Lease
-	32, // 32: opreg.v1.DueOperation.operation:type_name -> opreg.v1.Operation
-	37, // 33: opreg.v1.RenewRequest.lease_ttl:type_name -> google.protobuf.Duration
-	14, // 34: opreg.v1.RenewResponse.lease:type_name -> opreg.v1.Lease
-	38, // 35: opreg.v1.GetResourceResponse.updated_at:type_name -> google.protobuf.Timestamp
-	1,  // 36: opreg.v1.Operation.status:type_name -> opreg.v1.OperationStatus
-	17, // 37: opreg.v1.Operation.failure:type_name -> opreg.v1.Failure
-	14, // 38: opreg.v1.Operation.lease:type_name -> opreg.v1.Lease
-	38, // 39: opreg.v1.Operation.next_attempt_at:type_name -> google.protobuf.Timestamp
-	38, // 40: opreg.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	38, // 41: opreg.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
-	38, // 42: opreg.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
-	38, // 43: opreg.v1.Operation.held_at:type_name -> google.protobuf.Timestamp
-	36, // 44: opreg.v1.Operation.parameters:type_name -> google.protobuf.Struct
-	38, // 45: opreg.v1.Execution.started_at:type_name -> google.protobuf.Timestamp
-	38, // 46: opreg.v1.Execution.finished_at:type_name -> google.protobuf.Timestamp
-	3,  // 47: opreg.v1.Execution.outcome:type_name -> opreg.v1.ExecutionOutcome
-	2,  // 48: opreg.v1.Execution.kind:type_name -> opreg.v1.ExecutionKind
-	4,  // 49: opreg.v1.AuditEntry.action:type_name -> opreg.v1.AdminAction
-	1,  // 50: opreg.v1.AuditEntry.status_before:type_name -> opreg.v1.OperationStatus
-	1,  // 51: opreg.v1.AuditEntry.status_after:type_name -> opreg.v1.OperationStatus
-	38, // 52: opreg.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	11, // 53: opreg.v1.OperationRegistry.Claim:input_type -> opreg.v1.ClaimRequest
-	15, // 54: opreg.v1.OperationRegistry.Complete:input_type -> opreg.v1.CompleteRequest
-	21, // 55: opreg.v1.OperationRegistry.Lookup:input_type -> opreg.v1.LookupRequest
-	26, // 56: opreg.v1.OperationRegistry.Renew:input_type -> opreg.v1.RenewRequest
-	28, // 57: opreg.v1.OperationRegistry.FencedWrite:input_type -> opreg.v1.FencedWriteRequest
-	30, // 58: opreg.v1.OperationRegistry.GetResource:input_type -> opreg.v1.GetResourceRequest
-	23, // 59: opreg.v1.OperationRegistry.ClaimDue:input_type -> opreg.v1.ClaimDueRequest
-	5,  // 60: opreg.v1.OperationRegistry.BatchClaim:input_type -> opreg.v1.BatchClaimRequest
-	8,  // 61: opreg.v1.OperationRegistry.BatchComplete:input_type -> opreg.v1.BatchCompleteRequest
-	13, // 62: opreg.v1.OperationRegistry.Claim:output_type -> opreg.v1.ClaimResponse
-	20, // 63: opreg.v1.OperationRegistry.Complete:output_type -> opreg.v1.CompleteResponse
-	22, // 64: opreg.v1.OperationRegistry.Lookup:output_type -> opreg.v1.LookupResponse
-	27, // 65: opreg.v1.OperationRegistry.Renew:output_type -> opreg.v1.RenewResponse
-	29, // 66: opreg.v1.OperationRegistry.FencedWrite:output_type -> opreg.v1.FencedWriteResponse
-	31, // 67: opreg.v1.OperationRegistry.GetResource:output_type -> opreg.v1.GetResourceResponse
-	24, // 68: opreg.v1.OperationRegistry.ClaimDue:output_type -> opreg.v1.ClaimDueResponse
-	6,  // 69: opreg.v1.OperationRegistry.BatchClaim:output_type -> opreg.v1.BatchClaimResponse
-	9,  // 70: opreg.v1.OperationRegistry.BatchComplete:output_type -> opreg.v1.BatchCompleteResponse
-	62, // [62:71] is the sub-list for method output_type
-	53, // [53:62] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	12, // 0: opreg.v1.BatchClaimRequest.claims:type_name -> opreg.v1.ClaimRequest
+	8,  // 1: opreg.v1.BatchClaimResponse.results:type_name -> opreg.v1.BatchClaimResult
+	14, // 2: opreg.v1.BatchClaimResult.claim:type_name -> opreg.v1.ClaimResponse
+	36, // 3: opreg.v1.BatchClaimResult.error:type_name -> google.rpc.Status
+	16, // 4: opreg.v1.BatchCompleteRequest.completions:type_name -> opreg.v1.CompleteRequest
+	11, // 5: opreg.v1.BatchCompleteResponse.results:type_name -> opreg.v1.BatchCompleteResult
+	21, // 6: opreg.v1.BatchCompleteResult.completed:type_name -> opreg.v1.CompleteResponse
+	36, // 7: opreg.v1.BatchCompleteResult.error:type_name -> google.rpc.Status
+	37, // 8: opreg.v1.ClaimRequest.parameters:type_name -> google.protobuf.Struct
+	38, // 9: opreg.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
+	13, // 10: opreg.v1.ClaimRequest.retry_policy:type_name -> opreg.v1.RetryPolicy
+	38, // 11: opreg.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	0,  // 12: opreg.v1.ClaimRequest.reuse:type_name -> opreg.v1.ReusePolicy
+	38, // 13: opreg.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	38, // 14: opreg.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	38, // 15: opreg.v1.RetryPolicy.deadline:type_name -> google.protobuf.Duration
+	1,  // 16: opreg.v1.ClaimResponse.outcome:type_name -> opreg.v1.ClaimOutcome
+	15, // 17: opreg.v1.ClaimResponse.lease:type_name -> opreg.v1.Lease
+	33, // 18: opreg.v1.ClaimResponse.operation:type_name -> opreg.v1.Operation
+	38, // 19: opreg.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	38, // 20: opreg.v1.ClaimResponse.waited:type_name -> google.protobuf.Duration
+	39, // 21: opreg.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	17, // 22: opreg.v1.CompleteRequest.success:type_name -> opreg.v1.Success
+	18, // 23: opreg.v1.CompleteRequest.failure:type_name -> opreg.v1.Failure
+	19, // 24: opreg.v1.CompleteRequest.retryable:type_name -> opreg.v1.RetryableError
+	20, // 25: opreg.v1.CompleteRequest.unknown:type_name -> opreg.v1.UnknownOutcome
+	38, // 26: opreg.v1.RetryableError.retry_after:type_name -> google.protobuf.Duration
+	33, // 27: opreg.v1.CompleteResponse.operation:type_name -> opreg.v1.Operation
+	38, // 28: opreg.v1.LookupRequest.wait:type_name -> google.protobuf.Duration
+	2,  // 29: opreg.v1.LookupRequest.changed_from:type_name -> opreg.v1.OperationStatus
+	33, // 30: opreg.v1.LookupResponse.operation:type_name -> opreg.v1.Operation
+	34, // 31: opreg.v1.LookupResponse.executions:type_name -> opreg.v1.Execution
+	35, // 32: opreg.v1.LookupResponse.audit:type_name -> opreg.v1.AuditEntry
+	38, // 33: opreg.v1.LookupResponse.waited:type_name -> google.protobuf.Duration
+	38, // 34: opreg.v1.ClaimDueRequest.lease_ttl:type_name -> google.protobuf.Duration
+	26, // 35: opreg.v1.ClaimDueResponse.operations:type_name -> opreg.v1.DueOperation
+	1,  // 36: opreg.v1.DueOperation.outcome:type_name -> opreg.v1.ClaimOutcome
+	15, // 37: opreg.v1.DueOperation.lease:type_name -> opreg.v1.Lease
+	33, // 38: opreg.v1.DueOperation.operation:type_name -> opreg.v1.Operation
+	38, // 39: opreg.v1.RenewRequest.lease_ttl:type_name -> google.protobuf.Duration
+	15, // 40: opreg.v1.RenewResponse.lease:type_name -> opreg.v1.Lease
+	39, // 41: opreg.v1.GetResourceResponse.updated_at:type_name -> google.protobuf.Timestamp
+	2,  // 42: opreg.v1.Operation.status:type_name -> opreg.v1.OperationStatus
+	18, // 43: opreg.v1.Operation.failure:type_name -> opreg.v1.Failure
+	15, // 44: opreg.v1.Operation.lease:type_name -> opreg.v1.Lease
+	39, // 45: opreg.v1.Operation.next_attempt_at:type_name -> google.protobuf.Timestamp
+	39, // 46: opreg.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	39, // 47: opreg.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
+	39, // 48: opreg.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
+	39, // 49: opreg.v1.Operation.held_at:type_name -> google.protobuf.Timestamp
+	37, // 50: opreg.v1.Operation.parameters:type_name -> google.protobuf.Struct
+	39, // 51: opreg.v1.Execution.started_at:type_name -> google.protobuf.Timestamp
+	39, // 52: opreg.v1.Execution.finished_at:type_name -> google.protobuf.Timestamp
+	4,  // 53: opreg.v1.Execution.outcome:type_name -> opreg.v1.ExecutionOutcome
+	3,  // 54: opreg.v1.Execution.kind:type_name -> opreg.v1.ExecutionKind
+	5,  // 55: opreg.v1.AuditEntry.action:type_name -> opreg.v1.AdminAction
+	2,  // 56: opreg.v1.AuditEntry.status_before:type_name -> opreg.v1.OperationStatus
+	2,  // 57: opreg.v1.AuditEntry.status_after:type_name -> opreg.v1.OperationStatus
+	39, // 58: opreg.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	12, // 59: opreg.v1.OperationRegistry.Claim:input_type -> opreg.v1.ClaimRequest
+	16, // 60: opreg.v1.OperationRegistry.Complete:input_type -> opreg.v1.CompleteRequest
+	22, // 61: opreg.v1.OperationRegistry.Lookup:input_type -> opreg.v1.LookupRequest
+	27, // 62: opreg.v1.OperationRegistry.Renew:input_type -> opreg.v1.RenewRequest
+	29, // 63: opreg.v1.OperationRegistry.FencedWrite:input_type -> opreg.v1.FencedWriteRequest
+	31, // 64: opreg.v1.OperationRegistry.GetResource:input_type -> opreg.v1.GetResourceRequest
+	24, // 65: opreg.v1.OperationRegistry.ClaimDue:input_type -> opreg.v1.ClaimDueRequest
+	6,  // 66: opreg.v1.OperationRegistry.BatchClaim:input_type -> opreg.v1.BatchClaimRequest
+	9,  // 67: opreg.v1.OperationRegistry.BatchComplete:input_type -> opreg.v1.BatchCompleteRequest
+	14, // 68: opreg.v1.OperationRegistry.Claim:output_type -> opreg.v1.ClaimResponse
+	21, // 69: opreg.v1.OperationRegistry.Complete:output_type -> opreg.v1.CompleteResponse
+	23, // 70: opreg.v1.OperationRegistry.Lookup:output_type -> opreg.v1.LookupResponse
+	28, // 71: opreg.v1.OperationRegistry.Renew:output_type -> opreg.v1.RenewResponse
+	30, // 72: opreg.v1.OperationRegistry.FencedWrite:output_type -> opreg.v1.FencedWriteResponse
+	32, // 73: opreg.v1.OperationRegistry.GetResource:output_type -> opreg.v1.GetResourceResponse
+	25, // 74: opreg.v1.OperationRegistry.ClaimDue:output_type -> opreg.v1.ClaimDueResponse
+	7,  // 75: opreg.v1.OperationRegistry.BatchClaim:output_type -> opreg.v1.BatchClaimResponse
+	10, // 76: opreg.v1.OperationRegistry.BatchComplete:output_type -> opreg.v1.BatchCompleteResponse
+	68, // [68:77] is the sub-list for method output_type
+	59, // [59:68] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_opreg_v1_registry_proto_init() }
@@ -3050,7 +3209,7 @@ func file_opreg_v1_registry_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_opreg_v1_registry_proto_rawDesc), len(file_opreg_v1_registry_proto_rawDesc)),
-			NumEnums:      5,
+			NumEnums:      6,
 			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -42,6 +42,7 @@ const (
 // LEASE_NOT_HELD, ORIGINAL_OUTCOME_UNKNOWN, NOTHING_TO_COMPENSATE,
 // ALREADY_COMPENSATED, OPERATION_NOT_FOUND, RESOURCE_NOT_FOUND,
 // INVALID_TRANSITION (OperationAdmin; metadata currentStatus),
+// OPERATION_EXISTS (REUSE_POLICY_REJECT_EXISTING), TOO_MANY_WAITERS,
 // INVALID_ARGUMENT (with a google.rpc.BadRequest), STORE_UNAVAILABLE, INTERNAL.
 type OperationRegistryClient interface {
 	// Registers an operation, or tells the caller what to do about an existing one.
@@ -178,6 +179,7 @@ func (c *operationRegistryClient) BatchComplete(ctx context.Context, in *BatchCo
 // LEASE_NOT_HELD, ORIGINAL_OUTCOME_UNKNOWN, NOTHING_TO_COMPENSATE,
 // ALREADY_COMPENSATED, OPERATION_NOT_FOUND, RESOURCE_NOT_FOUND,
 // INVALID_TRANSITION (OperationAdmin; metadata currentStatus),
+// OPERATION_EXISTS (REUSE_POLICY_REJECT_EXISTING), TOO_MANY_WAITERS,
 // INVALID_ARGUMENT (with a google.rpc.BadRequest), STORE_UNAVAILABLE, INTERNAL.
 type OperationRegistryServer interface {
 	// Registers an operation, or tells the caller what to do about an existing one.

@@ -27,6 +27,8 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_RATE_LIMITED: _ClassVar[ErrorReason]
     ERROR_REASON_DEADLINE_EXCEEDED: _ClassVar[ErrorReason]
     ERROR_REASON_INTERNAL: _ClassVar[ErrorReason]
+    ERROR_REASON_OPERATION_EXISTS: _ClassVar[ErrorReason]
+    ERROR_REASON_TOO_MANY_WAITERS: _ClassVar[ErrorReason]
 
 class ErrorMetadataKey(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -68,6 +70,8 @@ ERROR_REASON_OVERLOADED: ErrorReason
 ERROR_REASON_RATE_LIMITED: ErrorReason
 ERROR_REASON_DEADLINE_EXCEEDED: ErrorReason
 ERROR_REASON_INTERNAL: ErrorReason
+ERROR_REASON_OPERATION_EXISTS: ErrorReason
+ERROR_REASON_TOO_MANY_WAITERS: ErrorReason
 ERROR_METADATA_KEY_UNSPECIFIED: ErrorMetadataKey
 ERROR_METADATA_KEY_LIMIT: ErrorMetadataKey
 ERROR_METADATA_KEY_STORED_DIGEST: ErrorMetadataKey

@@ -13,6 +13,13 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ReusePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REUSE_POLICY_UNSPECIFIED: _ClassVar[ReusePolicy]
+    REUSE_POLICY_REPLAY: _ClassVar[ReusePolicy]
+    REUSE_POLICY_AFTER_FAILURE: _ClassVar[ReusePolicy]
+    REUSE_POLICY_REJECT_EXISTING: _ClassVar[ReusePolicy]
+
 class ClaimOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CLAIM_OUTCOME_UNSPECIFIED: _ClassVar[ClaimOutcome]
@@ -41,6 +48,7 @@ class ExecutionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXECUTION_KIND_RETRY: _ClassVar[ExecutionKind]
     EXECUTION_KIND_TAKEOVER: _ClassVar[ExecutionKind]
     EXECUTION_KIND_RECONCILE: _ClassVar[ExecutionKind]
+    EXECUTION_KIND_REUSE: _ClassVar[ExecutionKind]
 
 class ExecutionOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -60,6 +68,11 @@ class AdminAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ADMIN_ACTION_REQUEUE: _ClassVar[AdminAction]
     ADMIN_ACTION_HOLD: _ClassVar[AdminAction]
     ADMIN_ACTION_RELEASE: _ClassVar[AdminAction]
+    ADMIN_ACTION_REUSE: _ClassVar[AdminAction]
+REUSE_POLICY_UNSPECIFIED: ReusePolicy
+REUSE_POLICY_REPLAY: ReusePolicy
+REUSE_POLICY_AFTER_FAILURE: ReusePolicy
+REUSE_POLICY_REJECT_EXISTING: ReusePolicy
 CLAIM_OUTCOME_UNSPECIFIED: ClaimOutcome
 CLAIM_OUTCOME_ACQUIRED: ClaimOutcome
 CLAIM_OUTCOME_REPLAYED: ClaimOutcome
@@ -80,6 +93,7 @@ EXECUTION_KIND_FIRST: ExecutionKind
 EXECUTION_KIND_RETRY: ExecutionKind
 EXECUTION_KIND_TAKEOVER: ExecutionKind
 EXECUTION_KIND_RECONCILE: ExecutionKind
+EXECUTION_KIND_REUSE: ExecutionKind
 EXECUTION_OUTCOME_UNSPECIFIED: ExecutionOutcome
 EXECUTION_OUTCOME_RUNNING: ExecutionOutcome
 EXECUTION_OUTCOME_SUCCEEDED: ExecutionOutcome
@@ -93,6 +107,7 @@ ADMIN_ACTION_RESOLVE: AdminAction
 ADMIN_ACTION_REQUEUE: AdminAction
 ADMIN_ACTION_HOLD: AdminAction
 ADMIN_ACTION_RELEASE: AdminAction
+ADMIN_ACTION_REUSE: AdminAction
 
 class BatchClaimRequest(_message.Message):
     __slots__ = ("claims",)
@@ -135,7 +150,7 @@ class BatchCompleteResult(_message.Message):
     def __init__(self, completed: _Optional[_Union[CompleteResponse, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class ClaimRequest(_message.Message):
-    __slots__ = ("namespace", "operation_key", "parameters", "parameters_digest", "owner", "execution_id", "lease_ttl", "retry_policy", "compensates")
+    __slots__ = ("namespace", "operation_key", "parameters", "parameters_digest", "owner", "execution_id", "lease_ttl", "retry_policy", "compensates", "wait", "reuse")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +160,8 @@ class ClaimRequest(_message.Message):
     LEASE_TTL_FIELD_NUMBER: _ClassVar[int]
     RETRY_POLICY_FIELD_NUMBER: _ClassVar[int]
     COMPENSATES_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    REUSE_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     operation_key: str
     parameters: _struct_pb2.Struct
@@ -154,7 +171,9 @@ class ClaimRequest(_message.Message):
     lease_ttl: _duration_pb2.Duration
     retry_policy: RetryPolicy
     compensates: str
-    def __init__(self, namespace: _Optional[str] = ..., operation_key: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., parameters_digest: _Optional[bytes] = ..., owner: _Optional[str] = ..., execution_id: _Optional[str] = ..., lease_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., compensates: _Optional[str] = ...) -> None: ...
+    wait: _duration_pb2.Duration
+    reuse: ReusePolicy
+    def __init__(self, namespace: _Optional[str] = ..., operation_key: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., parameters_digest: _Optional[bytes] = ..., owner: _Optional[str] = ..., execution_id: _Optional[str] = ..., lease_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., compensates: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reuse: _Optional[_Union[ReusePolicy, str]] = ...) -> None: ...
 
 class RetryPolicy(_message.Message):
     __slots__ = ("max_attempts", "initial_backoff", "max_backoff", "deadline")
@@ -169,16 +188,18 @@ class RetryPolicy(_message.Message):
     def __init__(self, max_attempts: _Optional[int] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ClaimResponse(_message.Message):
-    __slots__ = ("outcome", "lease", "operation", "retry_after")
+    __slots__ = ("outcome", "lease", "operation", "retry_after", "waited")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     OPERATION_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    WAITED_FIELD_NUMBER: _ClassVar[int]
     outcome: ClaimOutcome
     lease: Lease
     operation: Operation
     retry_after: _duration_pb2.Duration
-    def __init__(self, outcome: _Optional[_Union[ClaimOutcome, str]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., operation: _Optional[_Union[Operation, _Mapping]] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    waited: _duration_pb2.Duration
+    def __init__(self, outcome: _Optional[_Union[ClaimOutcome, str]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., operation: _Optional[_Union[Operation, _Mapping]] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., waited: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("owner", "fencing_token", "expires_at", "attempt", "takeover")
@@ -253,28 +274,34 @@ class CompleteResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class LookupRequest(_message.Message):
-    __slots__ = ("namespace", "operation_key", "include_executions", "include_parameters", "include_audit")
+    __slots__ = ("namespace", "operation_key", "include_executions", "include_parameters", "include_audit", "wait", "changed_from")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_AUDIT_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FROM_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     operation_key: str
     include_executions: bool
     include_parameters: bool
     include_audit: bool
-    def __init__(self, namespace: _Optional[str] = ..., operation_key: _Optional[str] = ..., include_executions: _Optional[bool] = ..., include_parameters: _Optional[bool] = ..., include_audit: _Optional[bool] = ...) -> None: ...
+    wait: _duration_pb2.Duration
+    changed_from: OperationStatus
+    def __init__(self, namespace: _Optional[str] = ..., operation_key: _Optional[str] = ..., include_executions: _Optional[bool] = ..., include_parameters: _Optional[bool] = ..., include_audit: _Optional[bool] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., changed_from: _Optional[_Union[OperationStatus, str]] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
-    __slots__ = ("operation", "executions", "audit")
+    __slots__ = ("operation", "executions", "audit", "waited")
     OPERATION_FIELD_NUMBER: _ClassVar[int]
     EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
     AUDIT_FIELD_NUMBER: _ClassVar[int]
+    WAITED_FIELD_NUMBER: _ClassVar[int]
     operation: Operation
     executions: _containers.RepeatedCompositeFieldContainer[Execution]
     audit: _containers.RepeatedCompositeFieldContainer[AuditEntry]
-    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., executions: _Optional[_Iterable[_Union[Execution, _Mapping]]] = ..., audit: _Optional[_Iterable[_Union[AuditEntry, _Mapping]]] = ...) -> None: ...
+    waited: _duration_pb2.Duration
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., executions: _Optional[_Iterable[_Union[Execution, _Mapping]]] = ..., audit: _Optional[_Iterable[_Union[AuditEntry, _Mapping]]] = ..., waited: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ClaimDueRequest(_message.Message):
     __slots__ = ("namespace", "owner", "execution_id", "lease_ttl", "limit")

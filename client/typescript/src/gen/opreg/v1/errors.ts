@@ -62,6 +62,16 @@ export enum ErrorReason {
   ERROR_REASON_DEADLINE_EXCEEDED = 19,
   /** ERROR_REASON_INTERNAL - INTERNAL: a fault of the server; nothing about it is sent. */
   ERROR_REASON_INTERNAL = 20,
+  /**
+   * ERROR_REASON_OPERATION_EXISTS - ALREADY_EXISTS: a Claim with REUSE_POLICY_REJECT_EXISTING found the key
+   * registered (currentStatus).
+   */
+  ERROR_REASON_OPERATION_EXISTS = 21,
+  /**
+   * ERROR_REASON_TOO_MANY_WAITERS - RESOURCE_EXHAUSTED, with RetryInfo: the replica holds as many waiting
+   * calls as it allows (limit); ask again without a wait, or later.
+   */
+  ERROR_REASON_TOO_MANY_WAITERS = 22,
   UNRECOGNIZED = -1,
 }
 
@@ -130,6 +140,12 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 20:
     case "ERROR_REASON_INTERNAL":
       return ErrorReason.ERROR_REASON_INTERNAL;
+    case 21:
+    case "ERROR_REASON_OPERATION_EXISTS":
+      return ErrorReason.ERROR_REASON_OPERATION_EXISTS;
+    case 22:
+    case "ERROR_REASON_TOO_MANY_WAITERS":
+      return ErrorReason.ERROR_REASON_TOO_MANY_WAITERS;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -181,6 +197,10 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "ERROR_REASON_DEADLINE_EXCEEDED";
     case ErrorReason.ERROR_REASON_INTERNAL:
       return "ERROR_REASON_INTERNAL";
+    case ErrorReason.ERROR_REASON_OPERATION_EXISTS:
+      return "ERROR_REASON_OPERATION_EXISTS";
+    case ErrorReason.ERROR_REASON_TOO_MANY_WAITERS:
+      return "ERROR_REASON_TOO_MANY_WAITERS";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -190,7 +210,10 @@ export function errorReasonToJSON(object: ErrorReason): string {
 /** The keys of ErrorInfo.metadata. */
 export enum ErrorMetadataKey {
   ERROR_METADATA_KEY_UNSPECIFIED = 0,
-  /** ERROR_METADATA_KEY_LIMIT - MESSAGE_TOO_LARGE: the byte limit of the method. */
+  /**
+   * ERROR_METADATA_KEY_LIMIT - MESSAGE_TOO_LARGE: the byte limit of the method; TOO_MANY_WAITERS: the
+   * replica's limit of waiting calls.
+   */
   ERROR_METADATA_KEY_LIMIT = 1,
   /** ERROR_METADATA_KEY_STORED_DIGEST - PARAMETER_CONFLICT: the stored parameters' digest, hex. */
   ERROR_METADATA_KEY_STORED_DIGEST = 2,
@@ -210,7 +233,7 @@ export enum ErrorMetadataKey {
   ERROR_METADATA_KEY_FENCING_TOKEN = 9,
   /** ERROR_METADATA_KEY_COMPENSATED_BY - ALREADY_COMPENSATED: the key of the compensating operation. */
   ERROR_METADATA_KEY_COMPENSATED_BY = 10,
-  /** ERROR_METADATA_KEY_CURRENT_STATUS - INVALID_TRANSITION: the operation's status name. */
+  /** ERROR_METADATA_KEY_CURRENT_STATUS - INVALID_TRANSITION and OPERATION_EXISTS: the operation's status name. */
   ERROR_METADATA_KEY_CURRENT_STATUS = 11,
   /** ERROR_METADATA_KEY_HELD - INVALID_TRANSITION: "true" when an operator holds the operation. */
   ERROR_METADATA_KEY_HELD = 12,

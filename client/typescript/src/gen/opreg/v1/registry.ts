@@ -27,6 +27,72 @@ export const protobufPackage = "opreg.v1";
 
 export const protobufFileName = "opreg/v1/registry.proto";
 
+/**
+ * What a Claim may do with a key that is already registered. A parameter
+ * conflict is refused under every policy, and a SUCCEEDED operation never
+ * runs again.
+ */
+export enum ReusePolicy {
+  REUSE_POLICY_UNSPECIFIED = 0,
+  /**
+   * REUSE_POLICY_REPLAY - An existing operation answers as its status says; a recorded result (a
+   * success or a business failure) is replayed forever.
+   */
+  REUSE_POLICY_REPLAY = 1,
+  /**
+   * REUSE_POLICY_AFTER_FAILURE - As REPLAY, except that a FAILED or DEAD operation starts again under the
+   * same key and parameters: ACQUIRED with a new token and a fresh budget (the
+   * request's retry_policy, or the server defaults), attempt numbers
+   * continuing, the earlier executions kept in the history.
+   */
+  REUSE_POLICY_AFTER_FAILURE = 2,
+  /**
+   * REUSE_POLICY_REJECT_EXISTING - Any existing key is refused with ALREADY_EXISTS (reason
+   * OPERATION_EXISTS, metadata currentStatus): only the call that registers
+   * the key proceeds, and its owner may resume the live lease it was granted
+   * (a Claim retried after its answer was lost).
+   */
+  REUSE_POLICY_REJECT_EXISTING = 3,
+  UNRECOGNIZED = -1,
+}
+
+export function reusePolicyFromJSON(object: any): ReusePolicy {
+  switch (object) {
+    case 0:
+    case "REUSE_POLICY_UNSPECIFIED":
+      return ReusePolicy.REUSE_POLICY_UNSPECIFIED;
+    case 1:
+    case "REUSE_POLICY_REPLAY":
+      return ReusePolicy.REUSE_POLICY_REPLAY;
+    case 2:
+    case "REUSE_POLICY_AFTER_FAILURE":
+      return ReusePolicy.REUSE_POLICY_AFTER_FAILURE;
+    case 3:
+    case "REUSE_POLICY_REJECT_EXISTING":
+      return ReusePolicy.REUSE_POLICY_REJECT_EXISTING;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return ReusePolicy.UNRECOGNIZED;
+  }
+}
+
+export function reusePolicyToJSON(object: ReusePolicy): string {
+  switch (object) {
+    case ReusePolicy.REUSE_POLICY_UNSPECIFIED:
+      return "REUSE_POLICY_UNSPECIFIED";
+    case ReusePolicy.REUSE_POLICY_REPLAY:
+      return "REUSE_POLICY_REPLAY";
+    case ReusePolicy.REUSE_POLICY_AFTER_FAILURE:
+      return "REUSE_POLICY_AFTER_FAILURE";
+    case ReusePolicy.REUSE_POLICY_REJECT_EXISTING:
+      return "REUSE_POLICY_REJECT_EXISTING";
+    case ReusePolicy.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 export enum ClaimOutcome {
   CLAIM_OUTCOME_UNSPECIFIED = 0,
   /** CLAIM_OUTCOME_ACQUIRED - Execute now: first attempt, a due retry, or a takeover of an expired lease. */
@@ -175,6 +241,11 @@ export enum ExecutionKind {
   EXECUTION_KIND_RETRY = 2,
   EXECUTION_KIND_TAKEOVER = 3,
   EXECUTION_KIND_RECONCILE = 4,
+  /**
+   * EXECUTION_KIND_REUSE - A new attempt after a business failure or DEAD, started by a Claim with
+   * REUSE_POLICY_AFTER_FAILURE.
+   */
+  EXECUTION_KIND_REUSE = 5,
   UNRECOGNIZED = -1,
 }
 
@@ -195,6 +266,9 @@ export function executionKindFromJSON(object: any): ExecutionKind {
     case 4:
     case "EXECUTION_KIND_RECONCILE":
       return ExecutionKind.EXECUTION_KIND_RECONCILE;
+    case 5:
+    case "EXECUTION_KIND_REUSE":
+      return ExecutionKind.EXECUTION_KIND_REUSE;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -214,6 +288,8 @@ export function executionKindToJSON(object: ExecutionKind): string {
       return "EXECUTION_KIND_TAKEOVER";
     case ExecutionKind.EXECUTION_KIND_RECONCILE:
       return "EXECUTION_KIND_RECONCILE";
+    case ExecutionKind.EXECUTION_KIND_REUSE:
+      return "EXECUTION_KIND_REUSE";
     case ExecutionKind.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -299,6 +375,11 @@ export enum AdminAction {
   ADMIN_ACTION_REQUEUE = 2,
   ADMIN_ACTION_HOLD = 3,
   ADMIN_ACTION_RELEASE = 4,
+  /**
+   * ADMIN_ACTION_REUSE - Not an operator: a Claim with REUSE_POLICY_AFTER_FAILURE started a FAILED
+   * or DEAD operation again. The operator is the claim's owner.
+   */
+  ADMIN_ACTION_REUSE = 5,
   UNRECOGNIZED = -1,
 }
 
@@ -319,6 +400,9 @@ export function adminActionFromJSON(object: any): AdminAction {
     case 4:
     case "ADMIN_ACTION_RELEASE":
       return AdminAction.ADMIN_ACTION_RELEASE;
+    case 5:
+    case "ADMIN_ACTION_REUSE":
+      return AdminAction.ADMIN_ACTION_REUSE;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -338,6 +422,8 @@ export function adminActionToJSON(object: AdminAction): string {
       return "ADMIN_ACTION_HOLD";
     case AdminAction.ADMIN_ACTION_RELEASE:
       return "ADMIN_ACTION_RELEASE";
+    case AdminAction.ADMIN_ACTION_REUSE:
+      return "ADMIN_ACTION_REUSE";
     case AdminAction.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -418,6 +504,18 @@ export interface ClaimRequest {
     | undefined;
   /** Key of the operation in the same namespace that this one compensates. */
   compensates: string;
+  /**
+   * Hold the call while the answer would be IN_PROGRESS or RETRY_LATER, until
+   * the operation reaches an answer the caller can act on (REPLAYED, ACQUIRED
+   * after a lease expired or a retry fell due, RECONCILE, DEAD, HELD) or the
+   * wait ends; then answer as a fresh Claim would. Capped by the server's
+   * maximum and by the call's deadline. Absent or zero: answer at once.
+   */
+  wait:
+    | Duration
+    | undefined;
+  /** What an existing key allows. UNSPECIFIED is REPLAY. */
+  reuse: ReusePolicy;
 }
 
 export interface RetryPolicy {
@@ -439,7 +537,15 @@ export interface ClaimResponse {
     | Operation
     | undefined;
   /** Set for IN_PROGRESS, RETRY_LATER and HELD. */
-  retryAfter: Duration | undefined;
+  retryAfter:
+    | Duration
+    | undefined;
+  /**
+   * Set when the request asked to wait and this server waits: how long the
+   * call was held. A server that does not wait leaves it unset, and the caller
+   * falls back to claiming again after retry_after.
+   */
+  waited: Duration | undefined;
 }
 
 export interface Lease {
@@ -497,6 +603,16 @@ export interface LookupRequest {
   includeParameters: boolean;
   /** Return the operator actions taken on the operation. */
   includeAudit: boolean;
+  /**
+   * Hold the call until the operation's status differs from `changed_from`
+   * or the wait ends, then answer. Capped like ClaimRequest.wait. An
+   * operation that does not exist is NOT_FOUND at once.
+   */
+  wait:
+    | Duration
+    | undefined;
+  /** The status the caller knows. UNSPECIFIED: the status when the call arrives. */
+  changedFrom: OperationStatus;
 }
 
 export interface LookupResponse {
@@ -507,6 +623,11 @@ export interface LookupResponse {
   executions: Execution[];
   /** Oldest first. */
   audit: AuditEntry[];
+  /**
+   * Set when the request asked to wait and this server waits: how long the
+   * call was held.
+   */
+  waited: Duration | undefined;
 }
 
 export interface ClaimDueRequest {
@@ -1141,6 +1262,8 @@ function createBaseClaimRequest(): ClaimRequest {
     leaseTtl: undefined,
     retryPolicy: undefined,
     compensates: "",
+    wait: undefined,
+    reuse: 0,
   };
 }
 
@@ -1172,6 +1295,12 @@ export const ClaimRequest: MessageFns<ClaimRequest> = {
     }
     if (message.compensates !== "") {
       writer.uint32(74).string(message.compensates);
+    }
+    if (message.wait !== undefined) {
+      Duration.encode(message.wait, writer.uint32(82).fork()).join();
+    }
+    if (message.reuse !== 0) {
+      writer.uint32(88).int32(message.reuse);
     }
     return writer;
   },
@@ -1261,6 +1390,22 @@ export const ClaimRequest: MessageFns<ClaimRequest> = {
             message.compensates = reader.string();
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.wait = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.reuse = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1304,6 +1449,8 @@ export const ClaimRequest: MessageFns<ClaimRequest> = {
         ? RetryPolicy.fromJSON(object.retry_policy)
         : undefined,
       compensates: isSet(object.compensates) ? globalThis.String(object.compensates) : "",
+      wait: isSet(object.wait) ? Duration.fromJSON(object.wait) : undefined,
+      reuse: isSet(object.reuse) ? reusePolicyFromJSON(object.reuse) : 0,
     };
   },
 
@@ -1336,6 +1483,12 @@ export const ClaimRequest: MessageFns<ClaimRequest> = {
     if (message.compensates !== "") {
       obj.compensates = message.compensates;
     }
+    if (message.wait !== undefined) {
+      obj.wait = Duration.toJSON(message.wait);
+    }
+    if (message.reuse !== 0) {
+      obj.reuse = reusePolicyToJSON(message.reuse);
+    }
     return obj;
   },
 
@@ -1357,6 +1510,8 @@ export const ClaimRequest: MessageFns<ClaimRequest> = {
       ? RetryPolicy.fromPartial(object.retryPolicy)
       : undefined;
     message.compensates = object.compensates ?? "";
+    message.wait = (object.wait !== undefined && object.wait !== null) ? Duration.fromPartial(object.wait) : undefined;
+    message.reuse = object.reuse ?? 0;
     return message;
   },
 };
@@ -1497,7 +1652,7 @@ export const RetryPolicy: MessageFns<RetryPolicy> = {
 };
 
 function createBaseClaimResponse(): ClaimResponse {
-  return { outcome: 0, lease: undefined, operation: undefined, retryAfter: undefined };
+  return { outcome: 0, lease: undefined, operation: undefined, retryAfter: undefined, waited: undefined };
 }
 
 export const ClaimResponse: MessageFns<ClaimResponse> = {
@@ -1513,6 +1668,9 @@ export const ClaimResponse: MessageFns<ClaimResponse> = {
     }
     if (message.retryAfter !== undefined) {
       Duration.encode(message.retryAfter, writer.uint32(34).fork()).join();
+    }
+    if (message.waited !== undefined) {
+      Duration.encode(message.waited, writer.uint32(42).fork()).join();
     }
     return writer;
   },
@@ -1562,6 +1720,14 @@ export const ClaimResponse: MessageFns<ClaimResponse> = {
             message.retryAfter = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.waited = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1584,6 +1750,7 @@ export const ClaimResponse: MessageFns<ClaimResponse> = {
         : isSet(object.retry_after)
         ? Duration.fromJSON(object.retry_after)
         : undefined,
+      waited: isSet(object.waited) ? Duration.fromJSON(object.waited) : undefined,
     };
   },
 
@@ -1601,6 +1768,9 @@ export const ClaimResponse: MessageFns<ClaimResponse> = {
     if (message.retryAfter !== undefined) {
       obj.retryAfter = Duration.toJSON(message.retryAfter);
     }
+    if (message.waited !== undefined) {
+      obj.waited = Duration.toJSON(message.waited);
+    }
     return obj;
   },
 
@@ -1616,6 +1786,9 @@ export const ClaimResponse: MessageFns<ClaimResponse> = {
       : undefined;
     message.retryAfter = (object.retryAfter !== undefined && object.retryAfter !== null)
       ? Duration.fromPartial(object.retryAfter)
+      : undefined;
+    message.waited = (object.waited !== undefined && object.waited !== null)
+      ? Duration.fromPartial(object.waited)
       : undefined;
     return message;
   },
@@ -2405,7 +2578,15 @@ export const CompleteResponse: MessageFns<CompleteResponse> = {
 };
 
 function createBaseLookupRequest(): LookupRequest {
-  return { namespace: "", operationKey: "", includeExecutions: false, includeParameters: false, includeAudit: false };
+  return {
+    namespace: "",
+    operationKey: "",
+    includeExecutions: false,
+    includeParameters: false,
+    includeAudit: false,
+    wait: undefined,
+    changedFrom: 0,
+  };
 }
 
 export const LookupRequest: MessageFns<LookupRequest> = {
@@ -2424,6 +2605,12 @@ export const LookupRequest: MessageFns<LookupRequest> = {
     }
     if (message.includeAudit !== false) {
       writer.uint32(40).bool(message.includeAudit);
+    }
+    if (message.wait !== undefined) {
+      Duration.encode(message.wait, writer.uint32(50).fork()).join();
+    }
+    if (message.changedFrom !== 0) {
+      writer.uint32(56).int32(message.changedFrom);
     }
     return writer;
   },
@@ -2481,6 +2668,22 @@ export const LookupRequest: MessageFns<LookupRequest> = {
             message.includeAudit = reader.bool();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.wait = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.changedFrom = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2516,6 +2719,12 @@ export const LookupRequest: MessageFns<LookupRequest> = {
         : isSet(object.include_audit)
         ? globalThis.Boolean(object.include_audit)
         : false,
+      wait: isSet(object.wait) ? Duration.fromJSON(object.wait) : undefined,
+      changedFrom: isSet(object.changedFrom)
+        ? operationStatusFromJSON(object.changedFrom)
+        : isSet(object.changed_from)
+        ? operationStatusFromJSON(object.changed_from)
+        : 0,
     };
   },
 
@@ -2536,6 +2745,12 @@ export const LookupRequest: MessageFns<LookupRequest> = {
     if (message.includeAudit !== false) {
       obj.includeAudit = message.includeAudit;
     }
+    if (message.wait !== undefined) {
+      obj.wait = Duration.toJSON(message.wait);
+    }
+    if (message.changedFrom !== 0) {
+      obj.changedFrom = operationStatusToJSON(message.changedFrom);
+    }
     return obj;
   },
 
@@ -2549,12 +2764,14 @@ export const LookupRequest: MessageFns<LookupRequest> = {
     message.includeExecutions = object.includeExecutions ?? false;
     message.includeParameters = object.includeParameters ?? false;
     message.includeAudit = object.includeAudit ?? false;
+    message.wait = (object.wait !== undefined && object.wait !== null) ? Duration.fromPartial(object.wait) : undefined;
+    message.changedFrom = object.changedFrom ?? 0;
     return message;
   },
 };
 
 function createBaseLookupResponse(): LookupResponse {
-  return { operation: undefined, executions: [], audit: [] };
+  return { operation: undefined, executions: [], audit: [], waited: undefined };
 }
 
 export const LookupResponse: MessageFns<LookupResponse> = {
@@ -2567,6 +2784,9 @@ export const LookupResponse: MessageFns<LookupResponse> = {
     }
     for (const v of message.audit) {
       AuditEntry.encode(v!, writer.uint32(26).fork()).join();
+    }
+    if (message.waited !== undefined) {
+      Duration.encode(message.waited, writer.uint32(34).fork()).join();
     }
     return writer;
   },
@@ -2608,6 +2828,14 @@ export const LookupResponse: MessageFns<LookupResponse> = {
             message.audit.push(AuditEntry.decode(reader, reader.uint32()));
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.waited = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2627,6 +2855,7 @@ export const LookupResponse: MessageFns<LookupResponse> = {
         ? object.executions.map((e: any) => Execution.fromJSON(e))
         : [],
       audit: globalThis.Array.isArray(object?.audit) ? object.audit.map((e: any) => AuditEntry.fromJSON(e)) : [],
+      waited: isSet(object.waited) ? Duration.fromJSON(object.waited) : undefined,
     };
   },
 
@@ -2641,6 +2870,9 @@ export const LookupResponse: MessageFns<LookupResponse> = {
     if (message.audit?.length) {
       obj.audit = message.audit.map((e) => AuditEntry.toJSON(e));
     }
+    if (message.waited !== undefined) {
+      obj.waited = Duration.toJSON(message.waited);
+    }
     return obj;
   },
 
@@ -2654,6 +2886,9 @@ export const LookupResponse: MessageFns<LookupResponse> = {
       : undefined;
     message.executions = object.executions?.map((e) => Execution.fromPartial(e)) || [];
     message.audit = object.audit?.map((e) => AuditEntry.fromPartial(e)) || [];
+    message.waited = (object.waited !== undefined && object.waited !== null)
+      ? Duration.fromPartial(object.waited)
+      : undefined;
     return message;
   },
 };
@@ -4688,6 +4923,7 @@ export const AuditEntry: MessageFns<AuditEntry> = {
  * LEASE_NOT_HELD, ORIGINAL_OUTCOME_UNKNOWN, NOTHING_TO_COMPENSATE,
  * ALREADY_COMPENSATED, OPERATION_NOT_FOUND, RESOURCE_NOT_FOUND,
  * INVALID_TRANSITION (OperationAdmin; metadata currentStatus),
+ * OPERATION_EXISTS (REUSE_POLICY_REJECT_EXISTING), TOO_MANY_WAITERS,
  * INVALID_ARGUMENT (with a google.rpc.BadRequest), STORE_UNAVAILABLE, INTERNAL.
  */
 export type OperationRegistryService = typeof OperationRegistryService;

@@ -27,14 +27,7 @@ public class InvalidTransitionException extends OpregException {
 
   /** The operation's status when the action was refused ({@code currentStatus}), if known. */
   public Optional<OperationStatus> currentStatus() {
-    String name = metadata(ErrorMetadataKey.ERROR_METADATA_KEY_CURRENT_STATUS);
-    for (OperationStatus status : OperationStatus.values()) {
-      if (status != OperationStatus.UNRECOGNIZED
-          && (status.name().equals(name) || status.name().equals("OPERATION_STATUS_" + name))) {
-        return Optional.of(status);
-      }
-    }
-    return Optional.empty();
+    return statusMetadata(ErrorMetadataKey.ERROR_METADATA_KEY_CURRENT_STATUS);
   }
 
   /** Whether an operator holds the operation ({@code held}), if the server said. */

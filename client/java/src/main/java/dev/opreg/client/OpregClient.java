@@ -357,8 +357,9 @@ public final class OpregClient implements AutoCloseable {
   /**
    * Runs {@code work} at most once per recorded outcome of the operation, by the run-once protocol
    * ({@code client/PROTOCOL.md}): REPLAYED returns the stored {@link Result} ({@code replayed}) or
-   * throws the stored {@link BusinessFailureException}; IN_PROGRESS / RETRY_LATER wait and claim
-   * again within the deadline (else {@link DeadlineExceededException}); DEAD throws {@link
+   * throws the stored {@link BusinessFailureException}; IN_PROGRESS / RETRY_LATER are waited out
+   * within the deadline (else {@link DeadlineExceededException}): each Claim asks the server to hold
+   * it until the operation moves, and a server that does not wait is polled; DEAD throws {@link
    * OperationDeadException}, HELD {@link OperationHeldException}; RECONCILE calls the reconcile
    * callback (without one the lease is handed back and {@link ReconcileRequiredException} thrown).
    * The work's outcome is recorded (see {@link Work}); while it runs the lease is renewed, and when it

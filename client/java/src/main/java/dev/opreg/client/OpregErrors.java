@@ -22,7 +22,7 @@ import opreg.v1.Errors.ErrorReason;
  * <p>The reasons and metadata keys are the enums of {@code proto/opreg/v1/errors.proto}: a reason
  * travels as its name without {@code ERROR_REASON_} ({@link #reasonName}), a metadata key as its name
  * without {@code ERROR_METADATA_KEY_} in lowerCamelCase ({@link #metadataKey}). {@link #classOf} and
- * {@link #readerOf} are exhaustive switches over the generated enums: a value added to the contract
+ * {@link #readersOf} are exhaustive switches over the generated enums: a value added to the contract
  * does not compile until it is mapped here.
  */
 public final class OpregErrors {
@@ -103,28 +103,31 @@ public final class OpregErrors {
       case ERROR_REASON_RATE_LIMITED -> RateLimitedException.class;
       case ERROR_REASON_DEADLINE_EXCEEDED -> UnavailableException.class;
       case ERROR_REASON_INTERNAL -> InternalException.class;
+      case ERROR_REASON_OPERATION_EXISTS -> OperationExistsException.class;
+      case ERROR_REASON_TOO_MANY_WAITERS -> TooManyWaitersException.class;
       case ERROR_REASON_UNSPECIFIED, UNRECOGNIZED -> null;
     };
   }
 
-  /** The error class whose accessor reads metadata {@code key}; {@code null} for UNSPECIFIED. */
-  public static Class<? extends OpregException> readerOf(ErrorMetadataKey key) {
+  /** The error classes whose accessors read metadata {@code key}; empty for UNSPECIFIED. */
+  public static List<Class<? extends OpregException>> readersOf(ErrorMetadataKey key) {
     return switch (key) {
-      case ERROR_METADATA_KEY_LIMIT -> MessageTooLargeException.class;
+      case ERROR_METADATA_KEY_LIMIT -> List.of(MessageTooLargeException.class, TooManyWaitersException.class);
       case ERROR_METADATA_KEY_STORED_DIGEST,
           ERROR_METADATA_KEY_REQUEST_DIGEST,
           ERROR_METADATA_KEY_DIFFERING_FIELDS,
           ERROR_METADATA_KEY_DIFFERING_FIELDS_TRUNCATED,
-          ERROR_METADATA_KEY_CONFLICTING_FIELD -> ParameterConflictException.class;
+          ERROR_METADATA_KEY_CONFLICTING_FIELD -> List.of(ParameterConflictException.class);
       case ERROR_METADATA_KEY_PRESENTED_TOKEN, ERROR_METADATA_KEY_CURRENT_TOKEN ->
-          StaleFencingTokenException.class;
-      case ERROR_METADATA_KEY_FENCING_TOKEN -> AlreadyCompletedException.class;
-      case ERROR_METADATA_KEY_COMPENSATED_BY -> AlreadyCompensatedException.class;
-      case ERROR_METADATA_KEY_CURRENT_STATUS, ERROR_METADATA_KEY_HELD -> InvalidTransitionException.class;
+          List.of(StaleFencingTokenException.class);
+      case ERROR_METADATA_KEY_FENCING_TOKEN -> List.of(AlreadyCompletedException.class);
+      case ERROR_METADATA_KEY_COMPENSATED_BY -> List.of(AlreadyCompensatedException.class);
+      case ERROR_METADATA_KEY_CURRENT_STATUS -> List.of(InvalidTransitionException.class, OperationExistsException.class);
+      case ERROR_METADATA_KEY_HELD -> List.of(InvalidTransitionException.class);
       case ERROR_METADATA_KEY_PRINCIPAL, ERROR_METADATA_KEY_NAMESPACE, ERROR_METADATA_KEY_ROLE ->
-          PermissionDeniedException.class;
-      case ERROR_METADATA_KEY_CALLS_PER_SECOND -> RateLimitedException.class;
-      case ERROR_METADATA_KEY_UNSPECIFIED, UNRECOGNIZED -> null;
+          List.of(PermissionDeniedException.class);
+      case ERROR_METADATA_KEY_CALLS_PER_SECOND -> List.of(RateLimitedException.class);
+      case ERROR_METADATA_KEY_UNSPECIFIED, UNRECOGNIZED -> List.of();
     };
   }
 
@@ -152,6 +155,8 @@ public final class OpregErrors {
     if (type == OperationBusyException.class) return OperationBusyException::new;
     if (type == RateLimitedException.class) return RateLimitedException::new;
     if (type == InternalException.class) return InternalException::new;
+    if (type == OperationExistsException.class) return OperationExistsException::new;
+    if (type == TooManyWaitersException.class) return TooManyWaitersException::new;
     throw new IllegalArgumentException("no factory for " + type.getName());
   }
 

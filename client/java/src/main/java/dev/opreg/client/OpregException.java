@@ -10,6 +10,7 @@ import java.util.Optional;
 import java.util.OptionalLong;
 import opreg.v1.Errors.ErrorMetadataKey;
 import opreg.v1.Errors.ErrorReason;
+import opreg.v1.Registry.OperationStatus;
 
 /**
  * Base of every error this client throws for a failed opreg call, and of the run-once helper's own
@@ -113,6 +114,18 @@ public class OpregException extends RuntimeException {
     } catch (NumberFormatException e) {
       return OptionalLong.empty();
     }
+  }
+
+  /** The operation status a metadata value names, with or without {@code OPERATION_STATUS_}. */
+  Optional<OperationStatus> statusMetadata(ErrorMetadataKey key) {
+    String name = metadata(key);
+    for (OperationStatus status : OperationStatus.values()) {
+      if (status != OperationStatus.UNRECOGNIZED
+          && (status.name().equals(name) || status.name().equals("OPERATION_STATUS_" + name))) {
+        return Optional.of(status);
+      }
+    }
+    return Optional.empty();
   }
 
   @Override

@@ -85,14 +85,41 @@ final class Protocol {
   /** REPLAYED, SUCCEEDED: return the stored result. */
   record Replayed(Result result) implements ClaimStep {}
 
-  /** IN_PROGRESS / RETRY_LATER: sleep this long, then claim again. */
+  /** IN_PROGRESS / RETRY_LATER: sleep this long (zero after a server's wait), then claim again. */
   record Wait(Duration delay) implements ClaimStep {}
 
   /** ACQUIRED / RECONCILE: run under the lease (reconcile first when {@code reconciling}). */
   record Execute(boolean reconciling) implements ClaimStep {}
 
+  /** The server wait a Claim asks for: the rest of the overall deadline, at most {@code maxClaimWait}. */
+  static Duration serverWait(Duration maxClaimWait, long remainingNanos) {
+    return notPast(maxClaimWait, remainingNanos);
+  }
+
   /**
-   * The decision table "Claim" of PROTOCOL.md. IN_PROGRESS / RETRY_LATER wait RETRY_LATER's
+   * A Claim's timeout: the call timeout plus its server wait, which the server may spend holding the
+   * call before it answers (so a Claim is not cut at the deadline its wait ends on).
+   */
+  static Duration claimTimeout(Duration callTimeout, Duration serverWait) {
+    return callTimeout.plus(serverWait);
+  }
+
+  /**
+   * Where a Claim's lease is measured from (PROTOCOL.md, the lease): the send of the first attempt
+   * ({@code firstSentNanos}), plus the server's {@code waited} when the answer came to that attempt
+   * itself. An answer to a retry adds nothing: an earlier, lost attempt may have been granted the
+   * lease after a shorter wait.
+   */
+  static long claimLeaseStart(long firstSentNanos, ClaimResponse response, boolean answeredFirstAttempt) {
+    if (!answeredFirstAttempt || !response.hasWaited()) {
+      return firstSentNanos;
+    }
+    return firstSentNanos + Durations.fromProto(response.getWaited()).toNanos();
+  }
+
+  /**
+   * The decision table "Claim" of PROTOCOL.md. IN_PROGRESS / RETRY_LATER after a server's wait
+   * ({@code waited} set) claim again at once. From a server that does not wait they wait RETRY_LATER's
    * {@code retry_after} (the poll interval without one); for IN_PROGRESS at most {@code pollInterval}
    * (the holder may finish before its lease ends); plus 5 ms and up to a fifth of it, at most a
    * second, of jitter ({@code random} in [0, 1)). Throws the recorded
@@ -114,15 +141,11 @@ final class Protocol {
         throw held(response, lastError);
       case CLAIM_OUTCOME_IN_PROGRESS:
       case CLAIM_OUTCOME_RETRY_LATER: {
-        long after = response.hasRetryAfter() ? Durations.fromProto(response.getRetryAfter()).toNanos() : pollInterval.toNanos();
-        if (outcome == ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS) {
-          after = Math.min(after, pollInterval.toNanos());
-        }
-        after = Math.max(after, 0);
-        Duration wait = Duration.ofNanos(after + 5_000_000L + (long) (random * Math.min(0.2 * after, 1e9)));
+        // The server held the call until the operation moved or its wait ended: nothing to sleep out.
+        Duration wait = response.hasWaited() ? Duration.ZERO : pollWait(response, pollInterval, random);
         if (wait.toNanos() >= remainingNanos) {
           throw new DeadlineExceededException(
-              where(operation) + ": deadline exceeded waiting after " + outcome + " (next claim in " + Durations.seconds(wait) + ")",
+              where(operation) + ": deadline exceeded waiting after " + outcome + waitedText(response, wait),
               lastError,
               outcome,
               operation);
@@ -136,6 +159,29 @@ final class Protocol {
       default:
         throw new OpregException("unexpected claim outcome " + outcome, lastError);
     }
+  }
+
+  /**
+   * The sleep before claiming again after IN_PROGRESS / RETRY_LATER from a server that does not
+   * wait: {@code retry_after} (the poll interval without one; for IN_PROGRESS at most the poll
+   * interval), plus 5 ms and up to a fifth of it, at most a second, so that callers told the same
+   * time do not return together.
+   */
+  static Duration pollWait(ClaimResponse response, Duration pollInterval, double random) {
+    long after = response.hasRetryAfter() ? Durations.fromProto(response.getRetryAfter()).toNanos() : pollInterval.toNanos();
+    if (response.getOutcome() == ClaimOutcome.CLAIM_OUTCOME_IN_PROGRESS) {
+      after = Math.min(after, pollInterval.toNanos());
+    }
+    after = Math.max(after, 0);
+    return Duration.ofNanos(after + 5_000_000L + (long) (random * Math.min(0.2 * after, 1e9)));
+  }
+
+  /** How DeadlineExceeded tells what the Claim was waiting for. */
+  private static String waitedText(ClaimResponse response, Duration wait) {
+    if (response.hasWaited()) {
+      return " (the server waited " + Durations.seconds(Durations.fromProto(response.getWaited())) + ")";
+    }
+    return " (next claim in " + Durations.seconds(wait) + ")";
   }
 
   /** The answer to REPLAYED: the stored result, or the stored failure thrown. */
@@ -429,11 +475,12 @@ final class Protocol {
   }
 
   /**
-   * The local expiry of a lease granted or renewed by a call sent at {@code sentNanos}: the server's
-   * lease began no earlier than the send, so a slow answer shortens the trusted time.
+   * The local expiry of a lease granted or renewed by a call sent at {@code startNanos} (for a Claim,
+   * see {@link #claimLeaseStart}): the server's lease began no earlier than the send, so a slow answer
+   * shortens the trusted time.
    */
-  static long localExpiry(long sentNanos, Duration leaseTtl) {
-    return sentNanos + leaseTtl.toNanos();
+  static long localExpiry(long startNanos, Duration leaseTtl) {
+    return startNanos + leaseTtl.toNanos();
   }
 
   /** The time until which the lease is trusted: local expiry less the margin. */

@@ -13,7 +13,7 @@ import opreg.v1.Registry.RetryPolicy;
 /**
  * What the run-once helper runs and how: the operation (namespace, key, parameters or their digest)
  * and the protocol's settings, with the defaults of {@code client/PROTOCOL.md}: deadline 120 s,
- * lease 30 s, renewals every TTL / 3, call timeout 10 s.
+ * lease 30 s, renewals every TTL / 3, call timeout 10 s, server waits of at most 30 s.
  *
  * <pre>{@code
  * RunOptions options = RunOptions.builder("payments", "debit:order-7")
@@ -29,7 +29,9 @@ public final class RunOptions {
   public static final Duration DEFAULT_LEASE_TTL = Duration.ofSeconds(30);
   /** The timeout of one call. */
   public static final Duration DEFAULT_CALL_TIMEOUT = Duration.ofSeconds(10);
-  /** How often IN_PROGRESS is polled at most. */
+  /** The longest a Claim asks the server to hold it while the operation is busy or not yet due. */
+  public static final Duration DEFAULT_MAX_CLAIM_WAIT = Duration.ofSeconds(30);
+  /** How often IN_PROGRESS is polled at most, from a server that does not wait. */
   public static final Duration DEFAULT_POLL_INTERVAL = Duration.ofSeconds(1);
   /** The transport backoff: full jitter over min(5 s, 100 ms · 2^n). */
   public static final Duration DEFAULT_BACKOFF_INITIAL = Duration.ofMillis(100);
@@ -47,6 +49,7 @@ public final class RunOptions {
   final String compensates;
   final Duration renewInterval;
   final Duration callTimeout;
+  final Duration maxClaimWait;
   final Duration pollInterval;
   final Duration backoffInitial;
   final Duration backoffMax;
@@ -66,6 +69,7 @@ public final class RunOptions {
     this.compensates = b.compensates;
     this.renewInterval = b.renewInterval != null ? b.renewInterval : b.leaseTtl.dividedBy(3);
     this.callTimeout = b.callTimeout;
+    this.maxClaimWait = b.maxClaimWait;
     this.pollInterval = b.pollInterval;
     this.backoffInitial = b.backoffInitial;
     this.backoffMax = b.backoffMax;
@@ -98,6 +102,7 @@ public final class RunOptions {
     b.compensates = compensates;
     b.renewInterval = renewInterval;
     b.callTimeout = callTimeout;
+    b.maxClaimWait = maxClaimWait;
     b.pollInterval = pollInterval;
     b.backoffInitial = backoffInitial;
     b.backoffMax = backoffMax;
@@ -196,6 +201,7 @@ public final class RunOptions {
     private String compensates = "";
     private Duration renewInterval;
     private Duration callTimeout = DEFAULT_CALL_TIMEOUT;
+    private Duration maxClaimWait = DEFAULT_MAX_CLAIM_WAIT;
     private Duration pollInterval = DEFAULT_POLL_INTERVAL;
     private Duration backoffInitial = DEFAULT_BACKOFF_INITIAL;
     private Duration backoffMax = DEFAULT_BACKOFF_MAX;
@@ -271,6 +277,16 @@ public final class RunOptions {
       return this;
     }
 
+    /**
+     * The longest server wait a Claim asks for (never past the deadline): the server holds the Claim
+     * while the operation is IN_PROGRESS or its retry not yet due, and answers as soon as it moves.
+     */
+    public Builder maxClaimWait(Duration maxClaimWait) {
+      this.maxClaimWait = positive(maxClaimWait, "maxClaimWait");
+      return this;
+    }
+
+    /** How often IN_PROGRESS is claimed again at most, from a server that does not wait. */
     public Builder pollInterval(Duration pollInterval) {
       this.pollInterval = positive(pollInterval, "pollInterval");
       return this;

@@ -3,6 +3,7 @@ package dev.opreg.client;
 import java.time.Duration;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.atomic.AtomicInteger;
 import opreg.v1.Registry.ClaimRequest;
 import opreg.v1.Registry.ClaimResponse;
 import opreg.v1.Registry.CompleteRequest;
@@ -64,8 +65,8 @@ final class Runner {
       Throwable lastError = null; // what the last execution threw when it asked to claim again
       while (true) {
         checkCancelled();
-        long claimedAt = System.nanoTime(); // the lease began no earlier than this send
-        ClaimResponse response = retry(timeout -> client.claim(request, timeout), deadline, "Claim", lastError);
+        Claimed claimed = claim(request, deadline, lastError);
+        ClaimResponse response = claimed.response();
         Protocol.ClaimStep step = Protocol.decideClaimAnswer(
             response, deadline - System.nanoTime(), options.pollInterval, ThreadLocalRandom.current().nextDouble(), lastError);
         if (step instanceof Protocol.Replayed replayed) {
@@ -76,7 +77,7 @@ final class Runner {
           continue;
         }
         Attempt attempt = new Attempt(
-            response.getLease(), response.getOperation(), ((Protocol.Execute) step).reconciling(), claimedAt);
+            response.getLease(), response.getOperation(), ((Protocol.Execute) step).reconciling(), claimed.leaseStart());
         Protocol.Next next = execute(attempt, options.retryTransient);
         if (next instanceof Protocol.Done done) {
           return done.result();
@@ -86,6 +87,28 @@ final class Runner {
     } finally {
       thread = null;
     }
+  }
+
+  /** A Claim's answer, and when its lease began at the earliest (what its local expiry is measured from). */
+  private record Claimed(ClaimResponse response, long leaseStart) {}
+
+  /**
+   * One Claim, its transient errors retried until the deadline. Each attempt asks the server to wait
+   * (the rest of the deadline, at most {@code maxClaimWait}) and is given that much more time than a
+   * call timeout.
+   */
+  private Claimed claim(ClaimRequest request, long deadline, Throwable lastError) {
+    long firstSent = System.nanoTime(); // the lease began no earlier than this send
+    AtomicInteger attempts = new AtomicInteger();
+    // The try's timeout retry() offers is bounded by the deadline; a Claim's is not: the server's
+    // wait ends at the deadline, and its answer needs a call timeout more to arrive.
+    ClaimResponse response = retry(tryTimeout -> {
+      attempts.incrementAndGet();
+      Duration wait = Protocol.serverWait(options.maxClaimWait, deadline - System.nanoTime());
+      ClaimRequest waiting = request.toBuilder().setWait(Durations.toProto(wait)).build();
+      return client.claim(waiting, Protocol.claimTimeout(options.callTimeout, wait));
+    }, deadline, "Claim", lastError);
+    return new Claimed(response, Protocol.claimLeaseStart(firstSent, response, attempts.get() == 1));
   }
 
   /** The attempt for an operation ClaimDue handed out (built before it runs, to count it in flight). */
@@ -117,7 +140,7 @@ final class Runner {
     RuntimeException raiseAfter; // thrown once the report is recorded, whatever it was
     Operation recorded; // the operation once Complete recorded the report
 
-    Attempt(opreg.v1.Registry.Lease grant, Operation operation, boolean reconciling, long claimedAt) {
+    Attempt(opreg.v1.Registry.Lease grant, Operation operation, boolean reconciling, long leaseStart) {
       this.reconciling = reconciling;
       this.lease = new Lease(
           client,
@@ -127,7 +150,7 @@ final class Runner {
           reconciling,
           operation,
           options.leaseTtl,
-          Protocol.localExpiry(claimedAt, options.leaseTtl));
+          Protocol.localExpiry(leaseStart, options.leaseTtl));
       if (reconciling && reconciler == null) {
         // Hand the reconcile lease back at once (Complete(unknown), same remote ref), then raise.
         ReconcileRequiredException required = Protocol.reconcileRequired(operation);

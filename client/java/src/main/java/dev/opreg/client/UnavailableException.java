@@ -10,7 +10,8 @@ import java.util.Map;
  * reasons {@code STORE_UNAVAILABLE}, {@code OPERATION_BUSY}, {@code OVERLOADED}), {@code
  * DEADLINE_EXCEEDED} (the call's timeout, or reason {@code DEADLINE_EXCEEDED}), the {@code CANCELLED}
  * "Timeout expired" a server's own timer answers ({@link #code()} stays {@code CANCELLED}), and
- * {@code RESOURCE_EXHAUSTED}/{@code RATE_LIMITED} ({@link RateLimitedException}).
+ * {@code RESOURCE_EXHAUSTED} with {@code RATE_LIMITED} ({@link RateLimitedException}) or {@code
+ * TOO_MANY_WAITERS} ({@link TooManyWaitersException}).
  */
 public class UnavailableException extends OpregException {
   private static final long serialVersionUID = 1L;

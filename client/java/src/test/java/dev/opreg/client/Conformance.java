@@ -44,6 +44,8 @@ import opreg.v1.Registry.UnknownOutcome;
  */
 final class Conformance {
   static final String BEFORE_OWNER = "conformance-before";
+  /** What the {@code before} owner's success records (PROTOCOL.md: result {@code before}). */
+  static final Success BEFORE_SUCCESS = Success.newBuilder().setResult(ByteString.copyFromUtf8("before")).build();
   static final ObjectMapper JSON = new ObjectMapper();
 
   private Conformance() {}
@@ -166,12 +168,12 @@ final class Conformance {
   /**
    * The scenario's {@code before}, directly against the server: a Claim by {@link #BEFORE_OWNER}
    * under {@code leaseTtl} with the scenario's parameters and retry policy, then (but for {@code
-   * in_progress}) the Complete the action names.
+   * in_progress}) the Complete the action names. Returns that Claim's answer; null without a {@code before}.
    */
-  static void before(OpregClient client, Scenario scenario, String namespace, String key, Duration leaseTtl) {
+  static ClaimResponse before(OpregClient client, Scenario scenario, String namespace, String key, Duration leaseTtl) {
     String action = scenario.before();
     if (action == null) {
-      return;
+      return null;
     }
     ClaimResponse claimed = client.claim(ClaimRequest.newBuilder()
         .setNamespace(namespace)
@@ -188,9 +190,9 @@ final class Conformance {
         .setFencingToken(claimed.getLease().getFencingToken());
     switch (action) {
       case "in_progress":
-        return;
+        return claimed;
       case "success":
-        complete.setSuccess(Success.newBuilder().setResult(ByteString.copyFromUtf8("before")));
+        complete.setSuccess(BEFORE_SUCCESS);
         break;
       case "failure":
         complete.setFailure(Failure.newBuilder().setCode("before_failed").setMessage("recorded before"));
@@ -208,6 +210,7 @@ final class Conformance {
         throw new AssertionError("unknown before action " + action);
     }
     client.complete(complete.build());
+    return claimed;
   }
 
   // -- the work and the reconcile callback ---------------------------------------------------

@@ -19,6 +19,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -26,6 +27,8 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.stream.Stream;
+import opreg.v1.Registry.ClaimResponse;
+import opreg.v1.Registry.CompleteRequest;
 import org.junit.jupiter.api.DynamicContainer;
 import org.junit.jupiter.api.DynamicNode;
 import org.junit.jupiter.api.DynamicTest;
@@ -43,7 +46,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
 class ConformanceTest {
   static final Path SCENARIO_FILE = TestServer.repo().resolve("client/testdata/run_once_scenarios.json");
   static final String NAMESPACE = "conformance";
-  /** An {@code in_progress} before holds its lease through the scenario. */
+  /** An {@code in_progress} before holds its lease through the scenario, unless {@code before_lease_ttl_ms} says otherwise. */
   static final Duration IN_PROGRESS_LEASE = Duration.ofSeconds(30);
   /** No scenario comes near this; a helper that hangs fails instead of blocking the run. */
   static final long HELPER_TIMEOUT_SECONDS = 60;
@@ -134,9 +137,51 @@ class ConformanceTest {
     return run;
   }
 
-  /** The lease of the scenario's {@code before} Claim: the scenario's, but for {@code in_progress}. */
+  /**
+   * The lease of the scenario's {@code before} Claim: the scenario's, but for {@code in_progress}:
+   * {@code before_lease_ttl_ms}, by default {@link #IN_PROGRESS_LEASE}.
+   */
   static Duration beforeLease(Scenario scenario) {
-    return "in_progress".equals(scenario.before()) ? IN_PROGRESS_LEASE : scenario.leaseTtl();
+    if (!"in_progress".equals(scenario.before())) {
+      return scenario.leaseTtl();
+    }
+    return Duration.ofMillis(scenario.raw().path("before_lease_ttl_ms").asLong(IN_PROGRESS_LEASE.toMillis()));
+  }
+
+  /**
+   * {@code before_complete_after_ms}: that long after the helper is started, the {@code before}
+   * owner completes its lease with success, directly against the server (a waiting Claim of the
+   * helper is woken by it). Already done when the scenario has none.
+   */
+  static CompletableFuture<Void> completeBeforeLater(OpregClient client, Scenario scenario, String key, ClaimResponse before) {
+    JsonNode after = scenario.raw().get("before_complete_after_ms");
+    if (after == null) {
+      return CompletableFuture.completedFuture(null);
+    }
+    assertEquals("in_progress", scenario.before(), "before_complete_after_ms completes the lease of before: in_progress");
+    CompleteRequest complete = CompleteRequest.newBuilder()
+        .setNamespace(NAMESPACE)
+        .setOperationKey(key)
+        .setFencingToken(before.getLease().getFencingToken())
+        .setSuccess(Conformance.BEFORE_SUCCESS)
+        .build();
+    return CompletableFuture.runAsync(
+        () -> client.complete(complete), CompletableFuture.delayedExecutor(after.asLong(), TimeUnit.MILLISECONDS));
+  }
+
+  /** Waits for the {@code before} owner's late Complete to finish: what went wrong with it, if anything. */
+  static List<String> lateCompleteProblems(CompletableFuture<Void> lateComplete) {
+    try {
+      lateComplete.get(HELPER_TIMEOUT_SECONDS, TimeUnit.SECONDS);
+      return List.of();
+    } catch (ExecutionException e) {
+      return List.of("the before owner's Complete (before_complete_after_ms) failed: " + e.getCause());
+    } catch (TimeoutException e) {
+      return List.of("the before owner's Complete (before_complete_after_ms) did not finish within " + HELPER_TIMEOUT_SECONDS + "s");
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return List.of("interrupted waiting for the before owner's Complete");
+    }
   }
 
   /** The conformance kind of an error (PROTOCOL.md, "Errors and their conformance kinds"). */
@@ -205,9 +250,10 @@ class ConformanceTest {
     String key = scenario.name() + "-java-" + Conformance.randomHex();
     Path scratch = Files.createTempDirectory("opreg-conformance-");
     try (OpregClient client = server.client()) {
-      Conformance.before(client, scenario, NAMESPACE, key, beforeLease(scenario));
+      ClaimResponse before = Conformance.before(client, scenario, NAMESPACE, key, beforeLease(scenario));
       FaultProxy proxy = new FaultProxy(server.address(), scenario.faults(), scenario.expectedCalls(), scratch);
       long started = System.nanoTime();
+      CompletableFuture<Void> lateComplete = completeBeforeLater(client, scenario, key, before);
       Run run;
       FaultProxy.Exit exit;
       try {
@@ -216,8 +262,10 @@ class ConformanceTest {
         exit = proxy.finish();
       }
       double took = (System.nanoTime() - started) / 1e9;
+      // The late Complete is part of the scenario: finished (or failed) before the status is read.
+      List<String> problems = new ArrayList<>(lateCompleteProblems(lateComplete));
       String status = Conformance.statusOf(Conformance.lookup(client, NAMESPACE, key));
-      List<String> problems = differences(scenario, run, exit, status);
+      problems.addAll(differences(scenario, run, exit, status));
       if (!problems.isEmpty()) {
         fail(Conformance.report(String.format("scenario %s (%s helper, key %s/%s, %.2fs)",
             scenario.name(), variant.name().toLowerCase(), NAMESPACE, key, took), problems, proxy, exit));

@@ -46,15 +46,18 @@ class DecisionsTest {
   /** A wait matches within this (the file's rule). */
   static final double WAIT_TOLERANCE_MS = 1.0;
 
-  /** The file's settings: the backoff and the poll interval every vector is decided with. */
-  record Settings(Duration backoffInitial, Duration backoffMax, Duration pollInterval) {}
+  /** The file's settings: the backoff, the poll interval and the server wait every vector is decided with. */
+  record Settings(Duration backoffInitial, Duration backoffMax, Duration pollInterval, Duration maxClaimWait) {}
 
   @TestFactory
   List<DynamicNode> everyVector() throws IOException {
     JsonNode table = JSON.readTree(Files.readString(TestServer.repo().resolve("client/testdata/decisions.json")));
     JsonNode given = table.get("settings");
     Settings settings = new Settings(
-        millis(given.get("backoff_initial_ms")), millis(given.get("backoff_max_ms")), millis(given.get("poll_interval_ms")));
+        millis(given.get("backoff_initial_ms")),
+        millis(given.get("backoff_max_ms")),
+        millis(given.get("poll_interval_ms")),
+        millis(given.get("max_claim_wait_ms")));
 
     Map<String, BiConsumer<JsonNode, Settings>> sections = new LinkedHashMap<>();
     sections.put("transient_error", DecisionsTest::transientError);
@@ -66,7 +69,11 @@ class DecisionsTest {
 
     List<DynamicNode> nodes = new ArrayList<>();
     nodes.add(DynamicTest.dynamicTest("the settings are the client's defaults", () -> assertEquals(
-        new Settings(RunOptions.DEFAULT_BACKOFF_INITIAL, RunOptions.DEFAULT_BACKOFF_MAX, RunOptions.DEFAULT_POLL_INTERVAL),
+        new Settings(
+            RunOptions.DEFAULT_BACKOFF_INITIAL,
+            RunOptions.DEFAULT_BACKOFF_MAX,
+            RunOptions.DEFAULT_POLL_INTERVAL,
+            RunOptions.DEFAULT_MAX_CLAIM_WAIT),
         settings)));
     Set<String> inFile = new HashSet<>();
     table.fieldNames().forEachRemaining(inFile::add);
@@ -217,6 +224,9 @@ class DecisionsTest {
     }
     if (answer.has("retry_after_ms")) {
       response.setRetryAfter(Durations.toProto(millis(answer.get("retry_after_ms"))));
+    }
+    if (answer.has("waited_ms")) { // absent: a server that does not wait
+      response.setWaited(Durations.toProto(millis(answer.get("waited_ms"))));
     }
     return response.build();
   }

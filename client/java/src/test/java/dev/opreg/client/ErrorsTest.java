@@ -45,8 +45,9 @@ class ErrorsTest {
   static Status.Code codeOf(ErrorReason reason) {
     return switch (reason) {
       case ERROR_REASON_INVALID_ARGUMENT -> Status.Code.INVALID_ARGUMENT;
-      case ERROR_REASON_MESSAGE_TOO_LARGE, ERROR_REASON_RATE_LIMITED -> Status.Code.RESOURCE_EXHAUSTED;
-      case ERROR_REASON_PARAMETER_CONFLICT -> Status.Code.ALREADY_EXISTS;
+      case ERROR_REASON_MESSAGE_TOO_LARGE, ERROR_REASON_RATE_LIMITED, ERROR_REASON_TOO_MANY_WAITERS ->
+          Status.Code.RESOURCE_EXHAUSTED;
+      case ERROR_REASON_PARAMETER_CONFLICT, ERROR_REASON_OPERATION_EXISTS -> Status.Code.ALREADY_EXISTS;
       case ERROR_REASON_STALE_FENCING_TOKEN -> Status.Code.ABORTED;
       case ERROR_REASON_ALREADY_COMPLETED, ERROR_REASON_LEASE_NOT_HELD, ERROR_REASON_ORIGINAL_OUTCOME_UNKNOWN,
           ERROR_REASON_NOTHING_TO_COMPENSATE, ERROR_REASON_ALREADY_COMPENSATED, ERROR_REASON_INVALID_TRANSITION ->
@@ -98,7 +99,8 @@ class ErrorsTest {
         ErrorReason.ERROR_REASON_OPERATION_BUSY,
         ErrorReason.ERROR_REASON_OVERLOADED,
         ErrorReason.ERROR_REASON_RATE_LIMITED,
-        ErrorReason.ERROR_REASON_DEADLINE_EXCEEDED), transientReasons);
+        ErrorReason.ERROR_REASON_DEADLINE_EXCEEDED,
+        ErrorReason.ERROR_REASON_TOO_MANY_WAITERS), transientReasons);
     // Without an ErrorInfo: the transport.
     assertTrue(OpregErrors.fromThrowable(Status.UNAVAILABLE.withDescription("connection refused").asRuntimeException()).isTransient());
     assertTrue(OpregErrors.fromThrowable(Status.DEADLINE_EXCEEDED.asRuntimeException()).isTransient());
@@ -125,47 +127,68 @@ class ErrorsTest {
     }
   }
 
-  /** A sample value of each key, and the accessor that must read it back (exhaustive, like the client's). */
-  record Reading(String value, Function<OpregException, Object> read, Object expected) {}
+  /** A sample value of a key, and the accessor of {@code reader} that must read it back. */
+  record Reading(Class<? extends OpregException> reader, String value, Function<OpregException, Object> read, Object expected) {}
 
-  static Reading reading(ErrorMetadataKey key) {
+  /** The readings of each key, one per error class that reads it (exhaustive, like the client's). */
+  static List<Reading> readings(ErrorMetadataKey key) {
     return switch (key) {
-      case ERROR_METADATA_KEY_LIMIT -> new Reading("4194304", e -> ((MessageTooLargeException) e).limit(), OptionalLong.of(4194304));
-      case ERROR_METADATA_KEY_STORED_DIGEST -> new Reading("0a0b", e -> List.of(((ParameterConflictException) e).storedDigest()[1]), List.of((byte) 11));
-      case ERROR_METADATA_KEY_REQUEST_DIGEST -> new Reading("0c", e -> List.of(((ParameterConflictException) e).requestDigest()[0]), List.of((byte) 12));
-      case ERROR_METADATA_KEY_DIFFERING_FIELDS -> new Reading("amount,account", e -> ((ParameterConflictException) e).differingFields(), List.of("amount", "account"));
-      case ERROR_METADATA_KEY_DIFFERING_FIELDS_TRUNCATED -> new Reading("true", e -> ((ParameterConflictException) e).differingFieldsTruncated(), true);
-      case ERROR_METADATA_KEY_CONFLICTING_FIELD -> new Reading("compensates", e -> ((ParameterConflictException) e).conflictingField(), "compensates");
-      case ERROR_METADATA_KEY_PRESENTED_TOKEN -> new Reading("3", e -> ((StaleFencingTokenException) e).presentedToken(), OptionalLong.of(3));
-      case ERROR_METADATA_KEY_CURRENT_TOKEN -> new Reading("4", e -> ((StaleFencingTokenException) e).currentToken(), OptionalLong.of(4));
-      case ERROR_METADATA_KEY_FENCING_TOKEN -> new Reading("5", e -> ((AlreadyCompletedException) e).fencingToken(), OptionalLong.of(5));
-      case ERROR_METADATA_KEY_COMPENSATED_BY -> new Reading("refund:1", e -> ((AlreadyCompensatedException) e).compensatedBy(), "refund:1");
-      case ERROR_METADATA_KEY_CURRENT_STATUS -> new Reading("SUCCEEDED", e -> ((InvalidTransitionException) e).currentStatus().orElseThrow(), OperationStatus.OPERATION_STATUS_SUCCEEDED);
-      case ERROR_METADATA_KEY_HELD -> new Reading("false", e -> ((InvalidTransitionException) e).held().orElseThrow(), false);
-      case ERROR_METADATA_KEY_PRINCIPAL -> new Reading("py-reader", e -> ((PermissionDeniedException) e).principal(), "py-reader");
-      case ERROR_METADATA_KEY_NAMESPACE -> new Reading("billing", e -> ((PermissionDeniedException) e).namespace(), "billing");
-      case ERROR_METADATA_KEY_ROLE -> new Reading("worker", e -> ((PermissionDeniedException) e).role(), "worker");
-      case ERROR_METADATA_KEY_CALLS_PER_SECOND -> new Reading("50", e -> ((RateLimitedException) e).callsPerSecond(), OptionalLong.of(50));
-      case ERROR_METADATA_KEY_UNSPECIFIED, UNRECOGNIZED -> null;
+      case ERROR_METADATA_KEY_LIMIT -> List.of(
+          new Reading(MessageTooLargeException.class, "4194304", e -> ((MessageTooLargeException) e).limit(), OptionalLong.of(4194304)),
+          new Reading(TooManyWaitersException.class, "10000", e -> ((TooManyWaitersException) e).limit(), OptionalLong.of(10000)));
+      case ERROR_METADATA_KEY_STORED_DIGEST -> List.of(new Reading(
+          ParameterConflictException.class, "0a0b", e -> List.of(((ParameterConflictException) e).storedDigest()[1]), List.of((byte) 11)));
+      case ERROR_METADATA_KEY_REQUEST_DIGEST -> List.of(new Reading(
+          ParameterConflictException.class, "0c", e -> List.of(((ParameterConflictException) e).requestDigest()[0]), List.of((byte) 12)));
+      case ERROR_METADATA_KEY_DIFFERING_FIELDS -> List.of(new Reading(
+          ParameterConflictException.class, "amount,account", e -> ((ParameterConflictException) e).differingFields(), List.of("amount", "account")));
+      case ERROR_METADATA_KEY_DIFFERING_FIELDS_TRUNCATED -> List.of(new Reading(
+          ParameterConflictException.class, "true", e -> ((ParameterConflictException) e).differingFieldsTruncated(), true));
+      case ERROR_METADATA_KEY_CONFLICTING_FIELD -> List.of(new Reading(
+          ParameterConflictException.class, "compensates", e -> ((ParameterConflictException) e).conflictingField(), "compensates"));
+      case ERROR_METADATA_KEY_PRESENTED_TOKEN -> List.of(new Reading(
+          StaleFencingTokenException.class, "3", e -> ((StaleFencingTokenException) e).presentedToken(), OptionalLong.of(3)));
+      case ERROR_METADATA_KEY_CURRENT_TOKEN -> List.of(new Reading(
+          StaleFencingTokenException.class, "4", e -> ((StaleFencingTokenException) e).currentToken(), OptionalLong.of(4)));
+      case ERROR_METADATA_KEY_FENCING_TOKEN -> List.of(new Reading(
+          AlreadyCompletedException.class, "5", e -> ((AlreadyCompletedException) e).fencingToken(), OptionalLong.of(5)));
+      case ERROR_METADATA_KEY_COMPENSATED_BY -> List.of(new Reading(
+          AlreadyCompensatedException.class, "refund:1", e -> ((AlreadyCompensatedException) e).compensatedBy(), "refund:1"));
+      case ERROR_METADATA_KEY_CURRENT_STATUS -> List.of(
+          new Reading(InvalidTransitionException.class, "SUCCEEDED",
+              e -> ((InvalidTransitionException) e).currentStatus().orElseThrow(), OperationStatus.OPERATION_STATUS_SUCCEEDED),
+          new Reading(OperationExistsException.class, "IN_PROGRESS",
+              e -> ((OperationExistsException) e).currentStatus().orElseThrow(), OperationStatus.OPERATION_STATUS_IN_PROGRESS));
+      case ERROR_METADATA_KEY_HELD -> List.of(new Reading(
+          InvalidTransitionException.class, "false", e -> ((InvalidTransitionException) e).held().orElseThrow(), false));
+      case ERROR_METADATA_KEY_PRINCIPAL -> List.of(new Reading(
+          PermissionDeniedException.class, "py-reader", e -> ((PermissionDeniedException) e).principal(), "py-reader"));
+      case ERROR_METADATA_KEY_NAMESPACE -> List.of(new Reading(
+          PermissionDeniedException.class, "billing", e -> ((PermissionDeniedException) e).namespace(), "billing"));
+      case ERROR_METADATA_KEY_ROLE -> List.of(new Reading(
+          PermissionDeniedException.class, "worker", e -> ((PermissionDeniedException) e).role(), "worker"));
+      case ERROR_METADATA_KEY_CALLS_PER_SECOND -> List.of(new Reading(
+          RateLimitedException.class, "50", e -> ((RateLimitedException) e).callsPerSecond(), OptionalLong.of(50)));
+      case ERROR_METADATA_KEY_UNSPECIFIED, UNRECOGNIZED -> List.of();
     };
   }
 
   @Test
-  void everyMetadataKeyIsReadByItsErrorsAccessor() {
+  void everyMetadataKeyIsReadByItsErrorsAccessors() {
     for (ErrorMetadataKey key : ErrorMetadataKey.values()) {
-      Class<? extends OpregException> type = OpregErrors.readerOf(key);
-      Reading reading = reading(key);
-      if (key == ErrorMetadataKey.UNRECOGNIZED || key == ErrorMetadataKey.ERROR_METADATA_KEY_UNSPECIFIED) {
-        assertNull(type);
-        continue;
+      List<Reading> readings = readings(key);
+      assertEquals(OpregErrors.readersOf(key), readings.stream().map(Reading::reader).toList(), key.name());
+      if (key != ErrorMetadataKey.UNRECOGNIZED && key != ErrorMetadataKey.ERROR_METADATA_KEY_UNSPECIFIED) {
+        assertFalse(readings.isEmpty(), key + " has no reader");
       }
-      assertNotNull(type, key + " has no reader");
-      ErrorReason reason = reasonOf(type);
-      OpregException error = OpregErrors.fromThrowable(status(
-          codeOf(reason), "m", OpregErrors.reasonName(reason), Map.of(OpregErrors.metadataKey(key), reading.value())));
-      assertSame(type, error.getClass());
-      assertEquals(reading.value(), error.metadata(key));
-      assertEquals(reading.expected(), reading.read().apply(error), key.name());
+      for (Reading reading : readings) {
+        ErrorReason reason = reasonOf(reading.reader());
+        OpregException error = OpregErrors.fromThrowable(status(
+            codeOf(reason), "m", OpregErrors.reasonName(reason), Map.of(OpregErrors.metadataKey(key), reading.value())));
+        assertSame(reading.reader(), error.getClass());
+        assertEquals(reading.value(), error.metadata(key));
+        assertEquals(reading.expected(), reading.read().apply(error), key.name() + " by " + reading.reader().getSimpleName());
+      }
     }
   }
 

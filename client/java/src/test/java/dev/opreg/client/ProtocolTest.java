@@ -173,6 +173,29 @@ class ProtocolTest {
   }
 
   @Test
+  void aClaimsLeaseStartsAfterTheServersWaitOnlyWhenItsFirstAttemptWasAnswered() {
+    long sent = 1_000;
+    ClaimResponse waited = ClaimResponse.newBuilder()
+        .setOutcome(ClaimOutcome.CLAIM_OUTCOME_ACQUIRED)
+        .setWaited(Durations.toProto(Duration.ofSeconds(4)))
+        .build();
+    assertEquals(sent + Duration.ofSeconds(4).toNanos(), Protocol.claimLeaseStart(sent, waited, true));
+    // An earlier, lost attempt may have been granted the lease after a shorter wait.
+    assertEquals(sent, Protocol.claimLeaseStart(sent, waited, false));
+    // A server that does not wait.
+    assertEquals(sent, Protocol.claimLeaseStart(sent, waited.toBuilder().clearWaited().build(), true));
+  }
+
+  @Test
+  void aClaimWaitsTheRestOfTheDeadlineAtMostAndIsGivenThatMuchMoreTime() {
+    Duration max = RunOptions.DEFAULT_MAX_CLAIM_WAIT;
+    assertEquals(max, Protocol.serverWait(max, PLENTY));
+    assertEquals(Duration.ofMillis(800), Protocol.serverWait(max, Duration.ofMillis(800).toNanos()));
+    assertEquals(Duration.ZERO, Protocol.serverWait(max, -1));
+    assertEquals(Duration.ofMillis(10_800), Protocol.claimTimeout(Duration.ofSeconds(10), Duration.ofMillis(800)));
+  }
+
+  @Test
   void aTrysTimeoutNeverPassesTheDeadline() {
     assertNull(Protocol.tryTimeout(Duration.ofSeconds(10), 0));
     assertEquals(Duration.ofMillis(5), Protocol.tryTimeout(Duration.ofSeconds(10), 5_000_000));
