@@ -182,6 +182,8 @@ impl RunOnce {
     /// What an existing key allows (default `REPLAY`): `AFTER_FAILURE` runs
     /// the work again after a recorded business failure or DEAD;
     /// `REJECT_EXISTING` answers `Error::OperationExists` for any existing key.
+    /// It holds for the Claims until the run first holds the operation; the
+    /// run's later Claims (after its own retryable report) replay.
     pub fn reuse(mut self, policy: pb::ReusePolicy) -> Self {
         self.request.reuse = policy.into();
         self
@@ -239,13 +241,16 @@ impl RunOnce {
     {
         let deadline = after(self.deadline);
         loop {
-            let mut request = self.request.clone();
-            let wait = decide::server_wait(deadline.saturating_duration_since(Instant::now()));
-            request.wait = (!wait.is_zero()).then(|| proto_duration(wait));
             let (claimed, sent) = self
-                .retrying(deadline, self.call_timeout + wait, |client| {
-                    let request = request.clone();
-                    async move { client.claim(request).await }
+                .retrying(deadline, |client, remaining| {
+                    // Each attempt asks the server to wait the rest of the
+                    // deadline (at most the cap) and gets that on top of the
+                    // call timeout, so the answer that ends the wait arrives.
+                    let wait = decide::server_wait(remaining);
+                    let mut request = self.request.clone();
+                    request.wait = (!wait.is_zero()).then(|| proto_duration(wait));
+                    let call = async move { client.claim(request).await };
+                    (self.call_timeout + wait, call)
                 })
                 .await?;
             let sent = sent.lease_start(claimed.waited.map(std_duration));
@@ -262,6 +267,11 @@ impl RunOnce {
                     continue;
                 }
                 ClaimStep::Execute { lease, reconcile } => {
+                    // The reuse policy is for the key as this run found it:
+                    // once the run held the operation, its later Claims
+                    // (after its own retryable or unknown report) take what
+                    // that report left, as every Claim of a run does.
+                    self.request.reuse = pb::ReusePolicy::Unspecified.into();
                     let granted = Granted { lease, sent };
                     self.execute(reconcile, granted, remote_ref, &mut work, deadline)
                         .await?
@@ -430,9 +440,10 @@ impl RunOnce {
         };
         let until = deadline.max(after(self.call_timeout * COMPLETE_ATTEMPTS));
         let completed = self
-            .retrying(until, self.call_timeout, |client| {
+            .retrying(until, |client, remaining| {
                 let request = request.clone();
-                async move { client.complete(request).await }
+                let call = async move { client.complete(request).await };
+                (remaining.min(self.call_timeout), call)
             })
             .await;
         let doubt = match completed {
@@ -466,9 +477,10 @@ impl RunOnce {
         // The Lookup gets as long as Complete's own time, retried like it.
         let until = after(self.call_timeout * COMPLETE_ATTEMPTS);
         let found = self
-            .retrying(until, self.call_timeout, |client| {
+            .retrying(until, |client, remaining| {
                 let lookup = lookup.clone();
-                async move { client.lookup(lookup).await }
+                let call = async move { client.lookup(lookup).await };
+                (remaining.min(self.call_timeout), call)
             })
             .await
             .ok()
@@ -482,18 +494,18 @@ impl RunOnce {
         }
     }
 
-    /// Calls, each attempt given `call_timeout`, until it succeeds, a
-    /// non-transient error comes back, or the deadline passes; the answer,
-    /// and when the first attempt was sent: a Claim whose answer was lost
-    /// resumes the lease that attempt was granted.
+    /// Calls until it succeeds, a non-transient error comes back, or the
+    /// deadline passes; the answer, and when the first attempt was sent: a
+    /// Claim whose answer was lost resumes the lease that attempt was
+    /// granted. `call` makes each attempt from the time left before the
+    /// deadline, with the timeout that attempt gets.
     async fn retrying<T, F, Fut>(
         &self,
         deadline: Instant,
-        call_timeout: Duration,
         mut call: F,
     ) -> Result<(T, Sent), RunError>
     where
-        F: FnMut(Client) -> Fut,
+        F: FnMut(Client, Duration) -> (Duration, Fut),
         Fut: Future<Output = Result<T, Error>>,
     {
         let first_sent = Instant::now();
@@ -502,21 +514,19 @@ impl RunOnce {
             if remaining.is_zero() {
                 break;
             }
-            let asked =
-                match tokio::time::timeout(remaining.min(call_timeout), call(self.client.clone()))
-                    .await
-                {
-                    Ok(Ok(value)) => {
-                        let sent = Sent {
-                            first: first_sent,
-                            answered_first: attempt == 0,
-                        };
-                        return Ok((value, sent));
-                    }
-                    Ok(Err(error)) if !error.is_transient() => return Err(error.into()),
-                    Ok(Err(error)) => error.retry_after(),
-                    Err(_) => None,
-                };
+            let (timeout, attempt_call) = call(self.client.clone(), remaining);
+            let asked = match tokio::time::timeout(timeout, attempt_call).await {
+                Ok(Ok(value)) => {
+                    let sent = Sent {
+                        first: first_sent,
+                        answered_first: attempt == 0,
+                    };
+                    return Ok((value, sent));
+                }
+                Ok(Err(error)) if !error.is_transient() => return Err(error.into()),
+                Ok(Err(error)) => error.retry_after(),
+                Err(_) => None,
+            };
             let wait = decide::retry_delay(attempt, asked, rand::random());
             if !sleep_within(wait, deadline).await {
                 break;

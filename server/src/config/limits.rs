@@ -78,6 +78,10 @@ pub enum LimitsError {
     DefaultLease,
     #[error("the call limit must be positive")]
     NoCalls,
+    #[error(
+        "waiting needs OPREG_MAX_WAIT of at least 1s (0 turns it off) and OPREG_MAX_WAITERS of at least 1"
+    )]
+    WaitBounds,
 }
 
 impl Limits {
@@ -88,6 +92,13 @@ impl Limits {
         }
         if lease.default < lease.min || lease.default > lease.max {
             return Err(LimitsError::DefaultLease);
+        }
+        // A wait of a few milliseconds would have every client claim again
+        // at once in a loop, each answer saying the server waited.
+        if !self.max_wait.is_zero()
+            && (self.max_wait < Duration::from_secs(1) || self.max_waiters == 0)
+        {
+            return Err(LimitsError::WaitBounds);
         }
         if self.max_concurrent_calls == 0 {
             return Err(LimitsError::NoCalls);

@@ -208,6 +208,24 @@ mod tests {
     }
 
     #[test]
+    fn waiting_is_off_or_at_least_a_second_with_a_waiter() {
+        let with = |max_wait: u64, max_waiters: usize| {
+            let mut config = Config::defaults();
+            config.limits.max_wait = Duration::from_millis(max_wait);
+            config.limits.max_waiters = max_waiters;
+            config.validate()
+        };
+        assert_eq!(with(0, 0), Ok(()), "off");
+        assert_eq!(with(1_000, 1), Ok(()));
+        for (max_wait, max_waiters) in [(5, 10), (1_000, 0)] {
+            assert_eq!(
+                with(max_wait, max_waiters),
+                Err(ConfigError::Limits(LimitsError::WaitBounds))
+            );
+        }
+    }
+
+    #[test]
     fn lifecycle_settings_parse_overrides_and_forever() {
         let config = Config::parse_from([
             "opreg-server",

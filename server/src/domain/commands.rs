@@ -19,7 +19,8 @@ pub struct ClaimCommand {
     pub operation_key: OperationKey,
     pub fingerprint: Fingerprint,
     pub lease: LeaseRequest,
-    /// The caller's policy, or the server default; used only on registration.
+    /// The caller's policy, or the server default; used on registration and
+    /// when a reuse starts the operation again.
     pub retry_policy: RetryPolicy,
     pub compensates: Option<OperationKey>,
     /// What an existing key allows.

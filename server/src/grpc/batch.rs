@@ -104,6 +104,14 @@ impl<'a> BatchGate<'a> {
         }
         self.gate.limit(namespace)
     }
+
+    /// The authenticated caller, as the audit names it.
+    pub fn principal(&self) -> String {
+        self.marks
+            .caller
+            .map(|caller| caller.name().to_owned())
+            .unwrap_or_default()
+    }
 }
 
 /// Refuses an empty batch or one over [`MAX_ITEMS`], before any item runs.

@@ -16,6 +16,7 @@ use opreg_proto::v1::operation_registry_server::{OperationRegistry, OperationReg
 use tonic::{Request, Response, Status};
 
 use crate::access::{Caller, Needed};
+use crate::domain::commands::ClaimCommand;
 use crate::domain::error::RegistryError;
 use crate::domain::operation::Operation;
 use crate::registry::{ClaimAnswer, Registry};
@@ -319,7 +320,12 @@ impl OperationRegistry for RegistryService {
         let admitted = batch::Admitted::each(("claims", batch.claims), |claim| {
             gate.admit(&claim.namespace)?;
             let namespace = claim.namespace.clone();
+            let principal = gate.principal();
             requests::claim(claim, &self.limits)
+                .map(|command| ClaimCommand {
+                    principal,
+                    ..command
+                })
                 .map_err(|invalid| claim_refused(&namespace, &invalid))
         })?;
         let answers = self.registry.claim_all(admitted.commands()).await;

@@ -1,6 +1,7 @@
 //! Claim: register under the primary key, or read what exists and take the
 //! one step the state machine allows.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use sqlx::{Connection, PgConnection};
@@ -83,20 +84,31 @@ impl Registry {
     /// Claims of one batch call, answered in their order exactly as
     /// [`Registry::claim`] answers each: the ordinary ones that memory does
     /// not answer are queued together, so they share registration statements
-    /// in the order given instead of meeting in the queue one by one.
+    /// in the order given instead of meeting in the queue one by one. A key
+    /// queued once is not queued again: the queue's chunks go to several
+    /// writers, and a later chunk may be written first, so a repeat is
+    /// claimed once everything queued is answered.
     pub async fn claim_all(&self, claims: &[ClaimCommand]) -> Vec<Result<ClaimAnswer>> {
         let mut answers: Vec<Option<Result<ClaimAnswer>>> = Vec::with_capacity(claims.len());
         let mut own_sessions = Vec::new();
         let mut queued = Vec::new();
+        let mut queued_keys = HashSet::new();
         for (index, claim) in claims.iter().enumerate() {
             answers.push(None);
             if claim.compensates.is_some() {
                 own_sessions.push((index, FollowUp::Compensate));
                 continue;
             }
+            if queued_keys.contains(&claim.identity()) {
+                own_sessions.push((index, FollowUp::Repeat));
+                continue;
+            }
             match self.replayed(claim) {
                 Ok(answer) => answers[index] = Some(answer),
-                Err(ticket) => queued.push((index, ticket)),
+                Err(ticket) => {
+                    queued_keys.insert(claim.identity());
+                    queued.push((index, ticket));
+                }
             }
         }
         let gathered = self
@@ -151,7 +163,8 @@ impl Registry {
         match kept.map(|kept| judge(claim, &kept)) {
             Some(Ok(Next::Answer(answer))) => Ok(Ok(answer)),
             Some(Err(refused)) => Ok(Err(refused)),
-            // A kept record never asks for a transition; read it afresh.
+            // A kept record asks for a transition only under a reuse policy
+            // (a FAILED one started again): read it afresh.
             Some(Ok(Next::Transition(_))) | None => Err(ticket),
         }
     }
@@ -190,8 +203,9 @@ impl Registry {
     }
 
     async fn follow_up(&self, claim: &ClaimCommand, follow_up: FollowUp) -> Result<ClaimAnswer> {
-        match follow_up {
+        let answer = match follow_up {
             FollowUp::Compensate => self.compensate(claim).await,
+            FollowUp::Repeat => self.run(async |db| claim_on(db, claim).await).await,
             FollowUp::ReadAgain => {
                 self.run(async |db| {
                     let observed = find_registered(db, claim).await?;
@@ -200,17 +214,16 @@ impl Registry {
                 .await
             }
             FollowUp::Settle(observed, step) => {
-                let answer = self
-                    .run(async |db| settle(db, claim, *observed, step).await)
-                    .await;
-                if claim.reuse == ReusePolicy::AfterFailure {
-                    // A FAILED record kept here may have just started again;
-                    // do not wait for its notice to stop replaying it.
-                    self.replays.forget(&claim.namespace, &claim.operation_key);
-                }
-                answer
+                self.run(async |db| settle(db, claim, *observed, step).await)
+                    .await
             }
+        };
+        if claim.reuse == ReusePolicy::AfterFailure {
+            // A FAILED record kept here may have just started again; do not
+            // wait for its notice to stop replaying it.
+            self.replays.forget(&claim.namespace, &claim.operation_key);
         }
+        answer
     }
 }
 
@@ -240,6 +253,8 @@ pub(crate) async fn claim_on(db: &mut PgConnection, claim: &ClaimCommand) -> Res
 enum FollowUp {
     /// A compensation: never in a shared statement.
     Compensate,
+    /// A batch's later claim of a key an earlier one queued.
+    Repeat,
     /// A racing registration had not committed when the statement began.
     ReadAgain,
     /// The operation exists and the state machine asks for a transition.

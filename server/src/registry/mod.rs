@@ -91,17 +91,17 @@ impl Registry {
         }
     }
 
-    /// Runs one use case on one connection, counted while it waits for the
-    /// pool (also when the call is cancelled while waiting). While the health
-    /// probe finds the store down, refused at once rather than queued for the
-    /// pool. Behind a transaction pooler the use case is one transaction,
-    /// committed only if it succeeds.
     /// Shutdown has begun: every waiting call answers now, and later calls
     /// are answered at once.
     pub fn stop_waiting(&self) {
         self.waiters.close();
     }
 
+    /// Runs one use case on one connection, counted while it waits for the
+    /// pool (also when the call is cancelled while waiting). While the health
+    /// probe finds the store down, refused at once rather than queued for the
+    /// pool. Behind a transaction pooler the use case is one transaction,
+    /// committed only if it succeeds.
     async fn run<T>(
         &self,
         use_case: impl AsyncFnOnce(&mut PgConnection) -> Result<T>,

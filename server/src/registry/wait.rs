@@ -2,9 +2,9 @@
 //! the caller poll. A call that asks to wait first takes a place among the
 //! replica's waiters, then reads. If the answer is one to wait on, the row
 //! must be watched (every change of it then sends a notice): a replica marks
-//! it once per key while it has waiters on it, and a call that found the
-//! mark already made before its read needs nothing more; otherwise it marks
-//! the row and reads again. From then on it sleeps without a connection until
+//! it once per key until the key's next notice (the row may have gone and
+//! come back unmarked), and a call that found the mark made before its read
+//! needs nothing more; otherwise it marks the row and reads again. From then on it sleeps without a connection until
 //! a notice for its key, the time the row names (a lease's expiry, a retry's
 //! due time), a fallback poll, the end of its wait, or shutdown, and reads
 //! again each time it wakes. Having subscribed before the read, it cannot
@@ -28,6 +28,9 @@ use crate::telemetry::metrics;
 /// A waiter reads its operation at least this often, whatever it heard: a
 /// bound on how long a lost notice can keep it waiting.
 const FALLBACK_POLL: Duration = Duration::from_secs(5);
+
+/// Waiters all woken at once read again within this long of each other.
+const EVERYONE_SPREAD: Duration = Duration::from_secs(1);
 
 /// A lease expiry or a due retry is read this long after the time the row
 /// names, so that the database clock has passed it too.
@@ -207,10 +210,11 @@ impl Registry {
         };
         let until = arrived + wait;
         let mut on_wait = Some(on_wait);
-        let mut watched = waiter.watched();
         let mut woke = None;
         loop {
             waiter.settle();
+            // Marked before this read began: every later change notifies.
+            let watched = waiter.watched();
             let began = arrived.elapsed();
             let answer = reading.read(self).await?;
             let ended = if answer.settled() {
@@ -244,7 +248,6 @@ impl Registry {
                         self.run(async |db| Ok(operations::watch(db, namespace, key).await?)),
                     )
                     .await?;
-                watched = true;
                 continue;
             }
             if let Some(on_wait) = on_wait.take() {
@@ -256,6 +259,12 @@ impl Registry {
                 next = next.min(now + due_in + DUE_MARGIN);
             }
             woke = Some(waiter.sleep_until(next).await);
+            if woke == Some(Wake::Everyone) {
+                // Every waiter here woke at once (a new listening session):
+                // spread their reads rather than take the pool together.
+                let spread = EVERYONE_SPREAD.mul_f64(rand::random::<f64>());
+                tokio::time::sleep_until(until.min(Instant::now() + spread)).await;
+            }
         }
     }
 }

@@ -3,6 +3,11 @@
 //! key's waiters; a lost or restarted listening session wakes all of them,
 //! since notices may have been missed; shutdown wakes all of them for good.
 //! A waiter holds no database connection, only its place here.
+//!
+//! Each key also remembers whether one of its waiters here marked the row
+//! watched since the key's last notice. A notice forgets it: the row may
+//! have gone (and come back unmarked) or finished, so the next waiter to
+//! sleep on it marks it again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -51,8 +56,8 @@ struct ByKey {
 }
 
 /// One key's waiters: the last time a notice for it arrived, whether one of
-/// them marked its row watched, and how many wait on it (the entry goes with
-/// the last).
+/// them marked its row watched since, and how many wait on it (the entry
+/// goes with the last).
 #[derive(Debug)]
 struct Watched {
     noticed: watch::Sender<Option<Instant>>,
@@ -63,8 +68,10 @@ struct Watched {
 /// Why a waiter stopped sleeping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wake {
-    /// A notice for its key, or a loss of the listening session.
+    /// A notice for its key.
     Heard,
+    /// Every waiter was woken: notices may have been missed.
+    Everyone,
     /// The time it asked for came.
     Timer,
     /// The replica shuts down.
@@ -83,7 +90,7 @@ impl Waiters {
         }
     }
 
-    /// Whether this replica waits at all (on, and not shutting down).
+    /// Whether this replica waits at all (waiting not turned off).
     pub fn enabled(&self) -> bool {
         !self.shared.settings.max_wait.is_zero()
     }
@@ -124,7 +131,6 @@ impl Waiters {
         Ok(Waiter {
             asleep: false,
             noticed: watched.noticed.subscribe(),
-            marked: Arc::clone(&watched.marked),
             everyone: self.shared.everyone.subscribe(),
             closing: self.shared.closing.subscribe(),
             identity,
@@ -132,16 +138,23 @@ impl Waiters {
         })
     }
 
-    /// A change of this key committed: its waiters read it again.
+    /// A change of this key committed: its waiters read it again, and the
+    /// row is marked again before any of them sleeps.
     pub fn wake(&self, namespace: &str, key: &str) {
-        let by_key = lock(&self.shared.by_key);
-        if let Some(watched) = by_key.keys.get(&(namespace.to_owned(), key.to_owned())) {
+        let mut by_key = lock(&self.shared.by_key);
+        if let Some(watched) = by_key.keys.get_mut(&(namespace.to_owned(), key.to_owned())) {
+            watched.marked = Arc::default();
             watched.noticed.send_replace(Some(Instant::now()));
         }
     }
 
-    /// Notices may have been missed: every waiter reads its operation again.
+    /// Notices may have been missed: every waiter reads its operation again,
+    /// and every row is marked again.
     pub fn wake_all(&self) {
+        let mut by_key = lock(&self.shared.by_key);
+        for watched in by_key.keys.values_mut() {
+            watched.marked = Arc::default();
+        }
         self.shared
             .everyone
             .send_modify(|generation| *generation += 1);
@@ -166,7 +179,6 @@ pub struct Waiter {
     /// Counted in the waiters gauge: it has slept at least once.
     asleep: bool,
     noticed: watch::Receiver<Option<Instant>>,
-    marked: Arc<OnceCell<()>>,
     everyone: watch::Receiver<u64>,
     closing: watch::Receiver<bool>,
     identity: (String, String),
@@ -193,27 +205,36 @@ impl Waiter {
         }
         tokio::select! {
             _ = self.noticed.changed() => Wake::Heard,
-            _ = self.everyone.changed() => Wake::Heard,
+            _ = self.everyone.changed() => Wake::Everyone,
             _ = self.closing.wait_for(|closing| *closing) => Wake::Closing,
             () = tokio::time::sleep_until(until) => Wake::Timer,
         }
     }
 
-    /// Whether a waiter of this replica has marked the row watched (and that
-    /// mark committed) while the key had waiters here. Asked before a read:
-    /// then every change after the read's snapshot sends a notice.
+    /// Whether a waiter of this replica marked the row watched (and that
+    /// mark committed) since the key's last notice. Asked before a read: then
+    /// every change after the read's snapshot sends a notice.
     pub fn watched(&self) -> bool {
-        self.marked.initialized()
+        self.marked().initialized()
     }
 
-    /// Marks the row watched with `mark`, once per key: the key's other
-    /// waiters that need the mark wait for that one (their `mark` is never
-    /// polled).
+    /// Marks the row watched with `mark`, once per key until its next
+    /// notice: the key's other waiters that need the mark meanwhile wait for
+    /// that one (their `mark` is never polled).
     pub async fn mark_watched<E>(
         &self,
         mark: impl Future<Output = Result<(), E>>,
     ) -> Result<(), E> {
-        self.marked.get_or_try_init(|| mark).await.map(|_| ())
+        self.marked().get_or_try_init(|| mark).await.map(|_| ())
+    }
+
+    /// The key's current mark.
+    fn marked(&self) -> Arc<OnceCell<()>> {
+        lock(&self.shared.by_key)
+            .keys
+            .get(&self.identity)
+            .map(|watched| Arc::clone(&watched.marked))
+            .unwrap_or_default()
     }
 
     /// When the last notice for this key arrived, if one did.
@@ -300,7 +321,7 @@ mod tests {
         waiter.settle();
         waiters.wake_all();
         let later = Instant::now() + Duration::from_secs(1);
-        assert_eq!(waiter.sleep_until(later).await, Wake::Heard);
+        assert_eq!(waiter.sleep_until(later).await, Wake::Everyone);
         waiters.close();
         assert_eq!(waiter.sleep_until(later).await, Wake::Closing);
         assert_eq!(waiters.granted(Duration::from_secs(5)), None);
@@ -321,7 +342,15 @@ mod tests {
         let second = waiters.enter(&namespace, &a).unwrap();
         assert!(second.watched());
         second.mark_watched(mark()).await.unwrap();
-        assert_eq!(marks.into_inner(), 1, "marked once");
+        assert_eq!(
+            marks.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "marked once"
+        );
+        waiters.wake("ns", "a");
+        assert!(!second.watched(), "a notice forgets the mark");
+        second.mark_watched(mark()).await.unwrap();
+        assert_eq!(marks.into_inner(), 2, "marked again after the notice");
         drop((first, second));
         assert!(!waiters.enter(&namespace, &a).unwrap().watched());
     }

@@ -98,7 +98,7 @@ async fn follow_notices(
                 tracing::debug!(%error, "cannot listen for replay notices");
                 if !failed_before {
                     tracing::warn!(
-                        "cannot listen for replay notices; replays read the database until it can"
+                        "cannot listen for change notices; replays read the database and waiting calls poll until it can"
                     );
                 }
                 failed_before = true;

@@ -1,8 +1,8 @@
 //! Terminal results kept in this process, so a Claim replaying one needs no
-//! statement. Only SUCCEEDED and FAILED operations are kept: no transition
-//! leaves those states (an operator may not hold, resolve or requeue them), so
-//! the row changes only when a compensation marks `compensated_by`, or when
-//! retention, an operator or a hand edit deletes it.
+//! statement. Only SUCCEEDED and FAILED operations are kept: the row changes
+//! only when a compensation marks `compensated_by`, when a Claim with the
+//! reuse policy AFTER_FAILURE starts a FAILED one again (no operator action
+//! applies to them), or when retention, an operator or a hand edit deletes it.
 //!
 //! Every such change notifies every replica when it commits (a trigger;
 //! [`follow`] reads the notices), and the entry goes. The cache answers only
