@@ -463,18 +463,13 @@ pub fn list_operations(request: pb::ListOperationsRequest) -> Result<ListQuery> 
 }
 
 fn queue_status(value: i32) -> std::result::Result<Status, FieldViolation> {
-    match pb::OperationStatus::try_from(value) {
-        Ok(pb::OperationStatus::InProgress) => Ok(Status::InProgress),
-        Ok(pb::OperationStatus::RetryScheduled) => Ok(Status::RetryScheduled),
-        Ok(pb::OperationStatus::Unknown) => Ok(Status::Unknown),
-        Ok(pb::OperationStatus::Dead) => Ok(Status::Dead),
-        Ok(pb::OperationStatus::Succeeded | pb::OperationStatus::Failed) => {
-            Err(FieldViolation::new(
-                "statuses",
-                "the queue lists unfinished operations; look finished ones up by key",
-            ))
-        }
-        _ => Err(FieldViolation::new(
+    match known_status("statuses", value)? {
+        Some(Status::Succeeded | Status::Failed) => Err(FieldViolation::new(
+            "statuses",
+            "the queue lists unfinished operations; look finished ones up by key",
+        )),
+        Some(status) => Ok(status),
+        None => Err(FieldViolation::new(
             "statuses",
             format!("unknown status {value}"),
         )),

@@ -1,14 +1,16 @@
 //! Claim and Lookup that wait for the operation to move instead of having
-//! the caller poll. A call that asks to wait first takes a place among the
-//! replica's waiters, then reads. If the answer is one to wait on, the row
-//! must be watched (every change of it then sends a notice): a replica marks
-//! it once per key until the key's next notice (the row may have gone and
-//! come back unmarked), and a call that found the mark made before its read
-//! needs nothing more; otherwise it marks the row and reads again. From then on it sleeps without a connection until
-//! a notice for its key, the time the row names (a lease's expiry, a retry's
-//! due time), a fallback poll, the end of its wait, or shutdown, and reads
-//! again each time it wakes. Having subscribed before the read, it cannot
-//! sleep through a change committed after that read began.
+//! the caller poll. A call that asks to wait reads as any call does; only
+//! if the answer is one to wait on does it take a place among the replica's
+//! waiters, and then it reads again. The row must be watched (every change
+//! of it then sends a notice): a replica marks it once per key until the
+//! key's next notice (the row may have gone and come back unmarked), and a
+//! call that found the mark made before its read needs nothing more;
+//! otherwise it marks the row and reads again. From then on it sleeps
+//! without a connection until a notice for its key, the time the row names
+//! (a lease's expiry, a retry's due time), a fallback poll, the end of its
+//! wait, or shutdown, and reads again each time it wakes. Having subscribed
+//! before each of those reads, it cannot sleep through a change committed
+//! after the read began.
 
 use std::time::Duration;
 
@@ -193,21 +195,18 @@ impl Registry {
                 waited: None,
             });
         };
-        let mut waiter = match self.waiters.enter(namespace, key) {
-            Ok(waiter) => waiter,
-            Err(refused) => {
-                // No place to wait: an answer that needs none is still given.
-                let answer = reading.read(self).await?;
-                if answer.settled() {
-                    return Ok(Waited {
-                        answer,
-                        waited: Some(Duration::ZERO),
-                    });
-                }
-                metrics::wait_ended(call, "refused");
-                return Err(refused);
-            }
-        };
+        // Most calls (a new key, a recorded result) need no waiting: they
+        // are answered without a place among the waiters.
+        let first = reading.read(self).await?;
+        if first.settled() {
+            return Ok(Waited {
+                answer: first,
+                waited: Some(Duration::ZERO),
+            });
+        }
+        let mut waiter = self.waiters.enter(namespace, key).inspect_err(|_| {
+            metrics::wait_ended(call, "refused");
+        })?;
         let until = arrived + wait;
         let mut on_wait = Some(on_wait);
         let mut woke = None;
