@@ -16,6 +16,7 @@ use crate::access::Access;
 use crate::access::reload::{self, Loaded, Reloadable};
 use crate::access::tls::TlsConfig;
 use crate::config::Config;
+use crate::console::{self, Console};
 use crate::grpc::{AdminService, Gate, RegistryService};
 use crate::maintenance;
 use crate::monitor::{gauges, health};
@@ -55,6 +56,8 @@ pub struct Application {
     tls: Option<TlsConfig>,
     reloadable: Reloadable,
     hangups: tokio::signal::unix::Signal,
+    /// The operator console, unless turned off.
+    console: Option<Console>,
 }
 
 impl Application {
@@ -96,6 +99,15 @@ impl Application {
             config.lifecycle.maintenance_settings().retention,
             config.limits.wait_settings(),
         );
+        let console = config.console.settings().map(|settings| {
+            Console::new(
+                registry.clone(),
+                loaded.access.clone(),
+                settings,
+                limits,
+                metrics.clone(),
+            )
+        });
         let session_options = match config.database.session_database()? {
             Some(options) => store::session_options(options),
             None => (*pool.connect_options()).clone(),
@@ -126,6 +138,7 @@ impl Application {
             tls: loaded.tls,
             reloadable: loaded.reloadable,
             hangups: reload::hangups()?,
+            console,
         })
     }
 
@@ -172,11 +185,23 @@ impl Application {
             self.maintenance,
         )));
 
+        let mut console_tasks = Vec::new();
+        let console_routes = self.console.map(|console| {
+            console_tasks.push(AbortOnDrop(tokio::spawn(console::sample_forever(
+                console.clone(),
+            ))));
+            console_tasks.push(AbortOnDrop(tokio::spawn(console::run_jobs_forever(
+                console.clone(),
+            ))));
+            console::router(console)
+        });
+
         let (stop, stopped) = watch::channel(false);
         let metrics_server = tokio::spawn(metrics_http::serve(
             self.metrics_listener,
             self.metrics,
             health.ready(),
+            console_routes,
             wait_for(stopped.clone()),
         ));
         let reflection_v1 = tonic_reflection::server::Builder::configure()
@@ -214,6 +239,7 @@ impl Application {
         // Stopping the maintenance closes its connection, which hands the
         // maintenance lock to another replica.
         drop(maintainer);
+        drop(console_tasks);
         metrics_server.await??;
         Ok(())
     }

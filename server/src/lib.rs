@@ -11,6 +11,7 @@
 pub mod access;
 pub mod app;
 pub mod config;
+pub mod console;
 pub mod domain;
 pub mod grpc;
 pub mod in_transaction;

@@ -140,6 +140,16 @@ impl Caller {
         })
     }
 
+    /// The caller's roles, as the console shows them ("admin", "reader").
+    pub fn roles(&self) -> Vec<&'static str> {
+        match self {
+            Self::Unrestricted => vec![Role::Admin.as_str()],
+            Self::Principal(principal) => {
+                principal.roles.iter().map(|role| role.as_str()).collect()
+            }
+        }
+    }
+
     /// The principal's name as the audit trail records it; empty without a policy.
     pub fn name(&self) -> &str {
         match self {
@@ -197,6 +207,17 @@ impl Access {
                     .unwrap_or_else(|poisoned| poisoned.into_inner()),
             )
         })
+    }
+
+    /// The principal of this name in the current policy, for a console
+    /// session signed in earlier: a principal removed from the policy since
+    /// is signed out, and one whose roles changed acts with the new ones.
+    /// `None` without a policy too.
+    pub fn principal_named(&self, name: &str) -> Option<Caller> {
+        let policy = self.current()?;
+        policy
+            .by_name(name)
+            .map(|principal| Caller::Principal(Arc::clone(principal)))
     }
 
     /// Who is calling. A key that is sent must be known: a wrong key is

@@ -17,6 +17,7 @@ use crate::domain::ids::Namespace;
 pub struct Policy {
     by_api_key: HashMap<[u8; 32], Arc<Principal>>,
     by_tls_identity: HashMap<String, Arc<Principal>>,
+    by_name: HashMap<String, Arc<Principal>>,
     principals: usize,
 }
 
@@ -96,6 +97,9 @@ impl Policy {
                     "{label}: another principal has the same tls_identity"
                 ));
             }
+            policy
+                .by_name
+                .insert(principal.name.clone(), Arc::clone(&principal));
             policy.principals += 1;
         }
         Ok(policy)
@@ -103,6 +107,11 @@ impl Policy {
 
     pub fn principals(&self) -> usize {
         self.principals
+    }
+
+    /// The principal of this name (names are unique in a policy).
+    pub fn by_name(&self, name: &str) -> Option<&Arc<Principal>> {
+        self.by_name.get(name)
     }
 
     /// The principal whose key hashes to the SHA-256 of `api_key`.

@@ -2,6 +2,7 @@
 //! groups, each validated at load time with an error of its own, so a bad
 //! setting stops the server before it serves.
 
+mod console;
 mod database;
 mod lifecycle;
 mod limits;
@@ -11,6 +12,7 @@ mod values;
 
 use clap::{Parser, Subcommand};
 
+pub use console::{Console, ConsoleError, ConsoleSettings};
 pub use database::{Database, DatabaseError};
 pub use lifecycle::{Lifecycle, LifecycleError};
 pub use limits::{Limits, LimitsError};
@@ -46,6 +48,9 @@ pub struct Config {
 
     #[command(flatten, next_help_heading = "Telemetry")]
     pub telemetry: Telemetry,
+
+    #[command(flatten, next_help_heading = "Operator console")]
+    pub console: Console,
 }
 
 /// What the binary does; serving is the default.
@@ -70,6 +75,8 @@ pub enum ConfigError {
     Lifecycle(#[from] LifecycleError),
     #[error(transparent)]
     Telemetry(#[from] TelemetryError),
+    #[error(transparent)]
+    Console(#[from] ConsoleError),
 }
 
 impl Config {
@@ -91,6 +98,7 @@ impl Config {
         self.limits.validate()?;
         self.lifecycle.validate()?;
         self.telemetry.validate()?;
+        self.console.validate()?;
         Ok(())
     }
 

@@ -127,8 +127,34 @@ pub struct ListQuery {
     pub expired_leases_only: bool,
     pub older_than: Option<Duration>,
     pub held_only: bool,
+    pub narrowing: Narrowing,
     pub page_size: u32,
     pub after: Option<PageCursor>,
+}
+
+/// What the operator console narrows a list by, beyond the queue's filters.
+#[derive(Clone, Debug, Default)]
+pub struct Narrowing {
+    /// Keys that start with this text.
+    pub key_prefix: Option<String>,
+    /// Operations whose current lease names this owner.
+    pub owner: Option<String>,
+    /// Operations registered at or before this time: what a bulk job's
+    /// filter matched when it was submitted.
+    pub created_before: Option<DateTime<Utc>>,
+}
+
+/// A page of finished operations (SUCCEEDED, FAILED), by key: there is no
+/// index by registration time for them, and the key's order is as stable.
+#[derive(Clone, Debug)]
+pub struct FinishedQuery {
+    pub namespace: Namespace,
+    /// Finished statuses only; never empty.
+    pub statuses: Vec<Status>,
+    pub older_than: Option<Duration>,
+    pub narrowing: Narrowing,
+    pub page_size: u32,
+    pub after: Option<OperationKey>,
 }
 
 /// Where a page of the queue ends: operations are listed by registration time,

@@ -2,6 +2,7 @@
 //! state machine, fingerprints, budgets. Everything here is pure.
 
 pub mod admin;
+pub mod bulk;
 pub mod claim;
 pub mod commands;
 pub mod complete;

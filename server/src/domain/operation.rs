@@ -31,6 +31,7 @@ macro_rules! stored_as_text {
         }
     };
 }
+pub(crate) use stored_as_text;
 
 /// Where an operation stands. Stored as lowercase text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

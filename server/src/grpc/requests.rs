@@ -8,7 +8,7 @@ use crate::domain::admin::{Actor, Resolution};
 use crate::domain::claim::ReusePolicy;
 use crate::domain::commands::{
     AdminCommand, AdminTarget, ClaimCommand, ClaimDueCommand, CompleteCommand, FencedWriteCommand,
-    LeaseRequest, ListQuery, LookupQuery, PageCursor, RenewCommand, ResourceQuery,
+    LeaseRequest, ListQuery, LookupQuery, Narrowing, PageCursor, RenewCommand, ResourceQuery,
 };
 use crate::domain::complete::Report;
 use crate::domain::error::{FieldViolation, RegistryError, Result};
@@ -455,6 +455,7 @@ pub fn list_operations(request: pb::ListOperationsRequest) -> Result<ListQuery> 
             expired_leases_only: request.expired_leases_only,
             older_than: older_than?,
             held_only: request.held_only,
+            narrowing: Narrowing::default(),
             page_size: page_size?,
             after: after?,
         })

@@ -25,7 +25,9 @@ impl Registry {
     }
 }
 
-async fn act_on(
+/// An operator action on `connection`: a transaction of its own, or a
+/// savepoint when `connection` is already in one (a bulk job's step).
+pub(super) async fn act_on(
     connection: &mut PgConnection,
     target: &AdminTarget,
     command: &AdminCommand,

@@ -4,6 +4,7 @@
 mod admin;
 mod claim;
 mod complete;
+mod console;
 mod due;
 mod fencing;
 mod gather;
@@ -33,6 +34,7 @@ pub use admin::AdminChange;
 pub use claim::ClaimAnswer;
 pub(crate) use claim::claim_on;
 pub(crate) use complete::complete_in_transaction;
+pub use console::{FinishedPage, JobStep, OperationView};
 pub(crate) use fencing::fenced_write_on;
 pub use gather::GatherSettings;
 pub use maintenance::{MaintenancePass, MaintenanceSettings};

@@ -1,6 +1,6 @@
 //! Lookup, GetResource and the operator's queue: plain reads.
 
-use sqlx::PgConnection;
+use sqlx::{Connection, PgConnection};
 
 use super::Registry;
 use crate::domain::admin::AuditEntry;
@@ -40,20 +40,39 @@ impl Registry {
 
     pub async fn list(&self, query: &ListQuery) -> Result<QueuePage> {
         let mut operations = self
-            .run(async |db| Ok(operations::list(db, query).await?))
+            .run(async |db| planned(db, async |tx| operations::list(tx, query).await).await)
             .await?;
-        let page_size = usize::try_from(query.page_size).unwrap_or(usize::MAX);
-        let next = if operations.len() > page_size {
-            operations.truncate(page_size);
-            operations.last().map(|last| PageCursor {
+        let next = more_pages(&mut operations, query.page_size)
+            .then(|| operations.last())
+            .flatten()
+            .map(|last| PageCursor {
                 created_at: last.created_at,
                 operation_key: last.operation_key.clone(),
-            })
-        } else {
-            None
-        };
+            });
         Ok(QueuePage { operations, next })
     }
+}
+
+/// A list statement in a transaction of its own that plans it with its
+/// values ([`operations::plan_with_values`]).
+pub(super) async fn planned<T>(
+    db: &mut PgConnection,
+    list: impl AsyncFnOnce(&mut PgConnection) -> sqlx::Result<T>,
+) -> Result<T> {
+    let mut tx = db.begin().await?;
+    operations::plan_with_values(&mut *tx).await?;
+    let listed = list(&mut tx).await?;
+    tx.commit().await?;
+    Ok(listed)
+}
+
+/// Drops the row read past a page (lists read `page_size + 1`): whether
+/// another page follows.
+pub(super) fn more_pages<T>(rows: &mut Vec<T>, page_size: u32) -> bool {
+    let page_size = usize::try_from(page_size).unwrap_or(usize::MAX);
+    let more = rows.len() > page_size;
+    rows.truncate(page_size);
+    more
 }
 
 /// A Lookup on `db`: the server's own session, or the caller's transaction

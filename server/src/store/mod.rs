@@ -2,6 +2,8 @@
 //! Callers see domain records and [`RegistryError`]; SQL and driver errors stay here.
 
 pub mod audit;
+pub mod console_jobs;
+pub mod console_sessions;
 pub mod executions;
 pub mod leadership;
 pub mod operations;

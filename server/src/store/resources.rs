@@ -85,3 +85,37 @@ pub async fn find(
     .await?;
     Ok(row.map(Resource::from))
 }
+
+/// The resources whose last accepted write came from this operation, by
+/// name, at most `limit`: the operator console's view of what it wrote.
+#[tracing::instrument(level = "debug", name = "store.resources.last_written_by", skip_all)]
+pub async fn last_written_by(
+    db: impl PgExecutor<'_>,
+    namespace: &Namespace,
+    operation_key: &OperationKey,
+    limit: u32,
+) -> sqlx::Result<Vec<(String, Resource)>> {
+    let _timer = super::QueryTimer::start("resources_last_written_by");
+    let rows: Vec<NamedResourceRow> = sqlx::query_as(
+        "SELECT resource, value, fence, version, operation_key, updated_at FROM resources
+         WHERE namespace = $1 AND operation_key = $2
+         ORDER BY resource
+         LIMIT $3",
+    )
+    .bind(namespace.as_str())
+    .bind(operation_key.as_str())
+    .bind(i64::from(limit))
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.resource, row.row.into()))
+        .collect())
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct NamedResourceRow {
+    resource: String,
+    #[sqlx(flatten)]
+    row: ResourceRow,
+}

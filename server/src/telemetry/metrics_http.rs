@@ -2,7 +2,8 @@
 //! format, and `GET /readyz` and `GET /livez` for probes that cannot speak
 //! gRPC over TLS (Kubernetes' gRPC probe has no TLS). `/readyz` answers 200
 //! while the replica serves (the gRPC health status of the registry) and 503
-//! otherwise; `/livez` answers 200 while the process runs.
+//! otherwise; `/livez` answers 200 while the process runs. The operator
+//! console, when it is on, is served beside them under `/console/`.
 
 use std::future::Future;
 
@@ -17,6 +18,7 @@ pub async fn serve(
     listener: TcpListener,
     handle: PrometheusHandle,
     ready: watch::Receiver<bool>,
+    console: Option<Router>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = Router::new()
@@ -40,8 +42,13 @@ pub async fn serve(
                 }
             }),
         )
-        .route("/livez", get(|| async { "alive\n" }));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+        .route("/livez", get(|| async { "alive\n" }))
+        .merge(console.unwrap_or_default());
+    // The console needs the peer's address: without a policy it answers loopback only.
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
 }

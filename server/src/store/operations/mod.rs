@@ -19,7 +19,8 @@ use crate::domain::operation::{Budget, Operation, Status};
 pub use admin::{hold, release, requeue, resolve};
 pub use outcomes::{Recording, record_outcomes};
 pub use queue::{
-    DueCandidate, due, exhaustion_candidates, list, live_retry_leases, serialize_retry_cap,
+    DueCandidate, due, due_preview, exhaustion_candidates, list, list_finished, live_retry_leases,
+    plan_with_values, serialize_retry_cap,
 };
 pub use retention::{namespaces_with_finished, oldest_finished_age, purge_finished};
 pub use reuse::reuse;
