@@ -3,10 +3,13 @@
 -- balancer knows them, and a sign-out or an abort counts everywhere at once.
 
 -- One row per signed-in browser. The cookie carries a random secret; only its
--- SHA-256 is stored, so a read of this table signs no one in.
+-- SHA-256 is stored, so a read of this table signs no one in. The session
+-- holds while the policy still gives the principal the key it signed in with
+-- (its SHA-256, as the policy has it): a rotated key ends its sessions.
 CREATE TABLE console_sessions (
     secret_sha256 bytea       PRIMARY KEY,
     principal     text        NOT NULL,
+    key_sha256    bytea       NOT NULL,
     created_at    timestamptz NOT NULL,
     expires_at    timestamptz NOT NULL
 );
@@ -24,10 +27,11 @@ CREATE TABLE console_jobs (
     action        text        NOT NULL,
     reason        text        NOT NULL,
     principal     text        NOT NULL,
-    -- Exactly one of: the selected keys, in order; the filter, as the
-    -- operations page's query string.
+    -- The operations page's filter when the job was submitted (its query
+    -- string), and the keys selected on it, in order, or NULL for every
+    -- operation the filter matches.
+    filter        text        NOT NULL,
     keys          text[],
-    filter        text,
     state         text        NOT NULL,
     total         integer     NOT NULL,
     done          integer     NOT NULL DEFAULT 0,
@@ -37,7 +41,10 @@ CREATE TABLE console_jobs (
     -- The replica running it, and until when its claim on the job holds.
     runner        text,
     runner_until  timestamptz,
+    -- Why it stopped by itself (the submitter lost the right to act, a step
+    -- kept failing), and who last aborted or resumed it.
     last_error    text,
+    switched_by   text,
     created_at    timestamptz NOT NULL,
     updated_at    timestamptz NOT NULL,
     finished_at   timestamptz,
@@ -45,7 +52,6 @@ CREATE TABLE console_jobs (
         action IN ('hold', 'release', 'requeue', 'resolve_failure')
     ),
     CONSTRAINT console_jobs_state_known CHECK (state IN ('running', 'aborted', 'finished')),
-    CONSTRAINT console_jobs_one_scope CHECK ((keys IS NULL) <> (filter IS NULL)),
     CONSTRAINT console_jobs_finished_at CHECK ((state = 'finished') = (finished_at IS NOT NULL))
 );
 CREATE INDEX console_jobs_running ON console_jobs (runner_until) WHERE state = 'running';

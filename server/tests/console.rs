@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use common::{TestApp, claim, claim_request, replica_of, spawn_app_with};
 use opreg_client::proto as pb;
+use opreg_server::config::Config;
 use sha2::{Digest, Sha256};
 
 const NAMESPACE: &str = "payments";
@@ -56,6 +57,8 @@ struct Browser {
     cookies: HashMap<String, String>,
     /// Extra headers sent with every request (an Origin, say).
     extra: Vec<(String, String)>,
+    /// The Host header; `localhost:<port>` unless set.
+    host: Option<String>,
 }
 
 impl Browser {
@@ -74,10 +77,12 @@ impl Browser {
             }
             serializer.finish()
         };
-        let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: localhost:{}\r\nConnection: close\r\n",
-            addr.port()
-        );
+        let host = self
+            .host
+            .clone()
+            .unwrap_or_else(|| format!("localhost:{}", addr.port()));
+        let mut request =
+            format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
         if !self.cookies.is_empty() {
             let jar: Vec<String> = self
                 .cookies
@@ -189,7 +194,30 @@ const PRINCIPALS: &[(&str, &str, &str, &str)] = &[
     ("seeder", "key-seeder", r#"["*"]"#, r#"["worker"]"#),
 ];
 
+/// The policy file of one test, in a directory of its own removed with it.
 struct PolicyDir(PathBuf);
+
+impl PolicyDir {
+    fn file(&self) -> PathBuf {
+        self.0.join("policy.toml")
+    }
+
+    fn write(&self, principals: &[(&str, &str, &str, &str)]) {
+        let text: String = principals
+            .iter()
+            .map(|(name, key, namespaces, roles)| {
+                format!(
+                    "[[principal]]\nname = \"{name}\"\napi_key_sha256 = \"{}\"\nnamespaces = {namespaces}\nroles = {roles}\n\n",
+                    hex::encode(Sha256::digest(key))
+                )
+            })
+            .collect();
+        // Written aside and renamed, so the server never reads half a file.
+        let aside = self.0.join("policy.toml.new");
+        std::fs::write(&aside, text).unwrap();
+        std::fs::rename(aside, self.file()).unwrap();
+    }
+}
 
 impl Drop for PolicyDir {
     fn drop(&mut self) {
@@ -197,22 +225,18 @@ impl Drop for PolicyDir {
     }
 }
 
-async fn secured_app() -> (TestApp, PolicyDir) {
-    let dir = std::env::temp_dir().join(format!("opreg-console-{}", std::process::id()));
+async fn secured_app(test: &str, configure: impl FnOnce(&mut Config)) -> (TestApp, PolicyDir) {
+    let dir = std::env::temp_dir().join(format!("opreg-console-{test}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let text: String = PRINCIPALS
-        .iter()
-        .map(|(name, key, namespaces, roles)| {
-            format!(
-                "[[principal]]\nname = \"{name}\"\napi_key_sha256 = \"{}\"\nnamespaces = {namespaces}\nroles = {roles}\n\n",
-                hex::encode(Sha256::digest(key))
-            )
-        })
-        .collect();
-    let path = dir.join("policy.toml");
-    std::fs::write(&path, text).unwrap();
-    let app = spawn_app_with(|config| config.listeners.auth_file = Some(path.clone())).await;
-    (app, PolicyDir(dir))
+    let policy = PolicyDir(dir);
+    policy.write(PRINCIPALS);
+    let path = policy.file();
+    let app = spawn_app_with(|config| {
+        config.listeners.auth_file = Some(path);
+        configure(config);
+    })
+    .await;
+    (app, policy)
 }
 
 async fn seed_in_progress(
@@ -260,7 +284,7 @@ const HOLD_PATH: &str = "/console/operations/payments/debit%3A7/act";
 
 #[tokio::test]
 async fn every_refusal_changes_nothing_and_an_admin_acts_as_the_signed_in_principal() {
-    let (app, _policy) = secured_app().await;
+    let (app, _policy) = secured_app("refusals", |_| {}).await;
     let addr = app.metrics_addr;
     seed_in_progress(&app, ["debit:7".to_owned()], Some("key-seeder")).await;
 
@@ -412,6 +436,41 @@ async fn every_refusal_changes_nothing_and_an_admin_acts_as_the_signed_in_princi
         409
     );
     assert_eq!(audit_rows(&app, "debit:7").await.len(), 1);
+    // Two confirmation pages of one release: the second acts on what it no
+    // longer shows, and says so.
+    let first = admin
+        .get(addr, &format!("{HOLD_PATH}?action=release"))
+        .await;
+    let second = admin
+        .get(addr, &format!("{HOLD_PATH}?action=release"))
+        .await;
+    let confirmed = |page: &Answer| {
+        ["seen_status", "seen_held", "seen_token"]
+            .map(|field| (field, page.field(field)))
+            .to_vec()
+    };
+    let release = |page: &Answer, reason: &'static str| {
+        let mut form = confirmed(page);
+        form.extend([
+            ("action", "release".to_owned()),
+            ("reason", reason.to_owned()),
+            ("csrf", admin_csrf.clone()),
+        ]);
+        form
+    };
+    let form = release(&first, "found it");
+    let pairs: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(admin.post(addr, HOLD_PATH, &pairs).await.status, 303);
+    let form = release(&second, "found it too");
+    let pairs: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let stale = admin.post(addr, HOLD_PATH, &pairs).await;
+    assert_eq!(stale.status, 409);
+    assert!(
+        stale.body.contains("changed since you looked"),
+        "{}",
+        stale.body
+    );
+    assert_eq!(audit_rows(&app, "debit:7").await.len(), 2);
 
     // Sign-out ends the session in the database: the old cookie is worthless.
     let old = admin.cookies.clone();
@@ -424,7 +483,7 @@ async fn every_refusal_changes_nothing_and_an_admin_acts_as_the_signed_in_princi
     );
     let mut replay = Browser {
         cookies: old,
-        extra: Vec::new(),
+        ..Browser::default()
     };
     assert_eq!(replay.get(addr, "/console/").await.status, 303);
     assert_eq!(
@@ -468,6 +527,126 @@ async fn with_no_policy_only_loopback_peers_are_answered() {
         remote.get(SocketAddr::new(ip, port), "/livez").await.status,
         200
     );
+    // A page of another site whose name now points at 127.0.0.1 (DNS
+    // rebinding) reaches a loopback peer, under its own name: refused.
+    let mut rebound = Browser {
+        host: Some(format!("evil.example:{port}")),
+        ..Browser::default()
+    };
+    let refused = rebound
+        .get(SocketAddr::from(([127, 0, 0, 1], port)), "/console/")
+        .await;
+    assert_eq!(refused.status, 403);
+    for host in ["127.0.0.1", "[::1]", "LOCALHOST"] {
+        let mut named = Browser {
+            host: Some(format!("{host}:{port}")),
+            ..Browser::default()
+        };
+        let page = named
+            .get(SocketAddr::from(([127, 0, 0, 1], port)), "/console/")
+            .await;
+        assert_eq!(page.status, 200, "{host}");
+    }
+}
+
+#[tokio::test]
+async fn a_key_is_typed_only_over_https_or_on_localhost() {
+    let (app, _policy) = secured_app("https", |_| {}).await;
+    let mut plain = Browser {
+        host: Some("opreg.example".into()),
+        ..Browser::default()
+    };
+    let refused = plain
+        .post(
+            app.metrics_addr,
+            "/console/sign-in",
+            &[("api_key", "key-admin")],
+        )
+        .await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(refused.body.contains("HTTPS"));
+    assert!(plain.cookies.is_empty());
+    // Behind a proxy that terminated TLS.
+    plain
+        .extra
+        .push(("X-Forwarded-Proto".into(), "https".into()));
+    let signed = plain
+        .post(
+            app.metrics_addr,
+            "/console/sign-in",
+            &[("api_key", "key-admin")],
+        )
+        .await;
+    assert_eq!(signed.status, 303, "{}", signed.body);
+}
+
+#[tokio::test]
+async fn a_rotated_key_ends_its_sessions_and_a_job_stops_when_its_submitter_may_no_longer_act() {
+    let (app, policy) = secured_app("rotation", |config| {
+        config.console.console_bulk_rate = 2;
+    })
+    .await;
+    let addr = app.metrics_addr;
+    seed_in_progress(
+        &app,
+        (0..20).map(|n| format!("slow-{n:02}")),
+        Some("key-seeder"),
+    )
+    .await;
+    let (mut admin, _) = sign_in(&app, "key-admin").await;
+    let list = admin
+        .get(addr, "/console/operations?namespace=payments&prefix=slow-")
+        .await;
+    let (csrf, job_id) = (list.field("csrf"), list.field("job_id"));
+    let submitted = admin
+        .post(
+            addr,
+            "/console/jobs",
+            &[
+                ("csrf", csrf.as_str()),
+                ("job_id", job_id.as_str()),
+                ("filter_namespace", NAMESPACE),
+                ("filter_prefix", "slow-"),
+                ("action", "hold"),
+                ("reason", "slowly"),
+                ("scope", "filter"),
+            ],
+        )
+        .await;
+    assert_eq!(submitted.status, 303, "{}", submitted.body);
+    wait_for_job(&app, &job_id, |(_, _, done, _)| *done >= 1).await;
+
+    // The admin's key is rotated, and the principal is made a reader.
+    let mut changed: Vec<(&str, &str, &str, &str)> = PRINCIPALS.to_vec();
+    changed[0] = (
+        "ops-admin",
+        "key-admin-2",
+        r#"["payments"]"#,
+        r#"["reader"]"#,
+    );
+    policy.write(&changed);
+    let (state, _, done, _) = wait_for_job(&app, &job_id, |(state, ..)| state == "aborted").await;
+    assert_eq!(state, "aborted");
+    assert!(done < 20, "stopped before the end: {done}");
+    let why: Option<String> =
+        sqlx::query_scalar("SELECT last_error FROM console_jobs WHERE id = $1")
+            .bind(&job_id)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert!(
+        why.as_deref().is_some_and(|why| why.contains("admin")),
+        "{why:?}"
+    );
+    assert_eq!(
+        job_actions(&app, &job_id).await.len(),
+        usize::try_from(done).unwrap(),
+        "nothing acted on after the stop"
+    );
+    // The session signed in with the old key is over.
+    assert_eq!(admin.get(addr, "/console/").await.status, 303);
+    let (_, with_new_key) = sign_in(&app, "key-admin-2").await;
+    assert_eq!(with_new_key.status, 303);
 }
 
 /// Every key of the list, following the "Next page" links from `path`.
@@ -615,7 +794,7 @@ async fn job_actions(app: &TestApp, id: &str) -> HashMap<String, i64> {
 
 #[tokio::test]
 async fn a_bulk_job_acts_once_per_operation_across_replicas_aborted_resubmitted_and_resumed() {
-    let rate = |config: &mut opreg_server::config::Config| config.console.console_bulk_rate = 20;
+    let rate = |config: &mut Config| config.console.console_bulk_rate = 20;
     let first = spawn_app_with(rate).await;
     let second = replica_of(&first, rate).await;
     const TOTAL: i32 = 40;

@@ -150,6 +150,15 @@ impl Caller {
         }
     }
 
+    /// The SHA-256 of the principal's API key, as the policy has it: a
+    /// console session holds while it stays the same.
+    pub fn key_sha256(&self) -> Option<[u8; 32]> {
+        match self {
+            Self::Unrestricted => None,
+            Self::Principal(principal) => principal.api_key_sha256,
+        }
+    }
+
     /// The principal's name as the audit trail records it; empty without a policy.
     pub fn name(&self) -> &str {
         match self {

@@ -28,7 +28,7 @@ pub struct Console {
 
 /// A console setting that cannot stand.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ConsoleError {
+pub enum ConsoleSettingsError {
     #[error("OPREG_CONSOLE_BULK_RATE must be between 1 and 10000 operations per second")]
     BulkRate,
     #[error("OPREG_CONSOLE_SESSION_TTL must be between 1 minute and 7 days")]
@@ -44,13 +44,13 @@ pub struct ConsoleSettings {
 }
 
 impl Console {
-    pub fn validate(&self) -> Result<(), ConsoleError> {
+    pub fn validate(&self) -> Result<(), ConsoleSettingsError> {
         if !(1..=10_000).contains(&self.console_bulk_rate) {
-            return Err(ConsoleError::BulkRate);
+            return Err(ConsoleSettingsError::BulkRate);
         }
         let ttl = Duration::from_secs(60)..=Duration::from_secs(7 * 24 * 3600);
         if !ttl.contains(&self.console_session_ttl) {
-            return Err(ConsoleError::SessionTtl);
+            return Err(ConsoleSettingsError::SessionTtl);
         }
         Ok(())
     }

@@ -12,7 +12,7 @@ mod values;
 
 use clap::{Parser, Subcommand};
 
-pub use console::{Console, ConsoleError, ConsoleSettings};
+pub use console::{Console, ConsoleSettings, ConsoleSettingsError};
 pub use database::{Database, DatabaseError};
 pub use lifecycle::{Lifecycle, LifecycleError};
 pub use limits::{Limits, LimitsError};
@@ -76,7 +76,7 @@ pub enum ConfigError {
     #[error(transparent)]
     Telemetry(#[from] TelemetryError),
     #[error(transparent)]
-    Console(#[from] ConsoleError),
+    Console(#[from] ConsoleSettingsError),
 }
 
 impl Config {

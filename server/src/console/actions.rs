@@ -12,12 +12,14 @@ use opreg_proto::v1 as pb;
 
 use super::html::{Section, operation_href, page, status_name};
 use super::identity::{Acting, Reading, Viewer};
-use super::operations::{action_label, allowed_actions, target};
+use super::operations::{allowed_actions, known_action, target};
 use super::{Console, ConsoleError, Fields};
 use crate::access::Role;
+use crate::domain::admin::Seen;
 use crate::domain::commands::{AdminCommand, AdminTarget, LookupQuery};
-use crate::domain::ids::{Namespace, OperationKey};
-use crate::domain::operation::Operation;
+use crate::domain::error::RegistryError;
+use crate::domain::ids::{FencingToken, Namespace, OperationKey};
+use crate::domain::operation::{Operation, Status};
 use crate::grpc::requests;
 
 pub async fn confirm(
@@ -55,7 +57,7 @@ pub async fn confirm(
         ),
         _ => format!("{before}, held → not held: it goes back to the automatic steps."),
     };
-    let label = action_label(&action);
+    let label = known_action(&action).unwrap_or("Act");
     let body = html! {
         p.crumbs { a href=(href) { (key.as_str()) } " / " (label) }
         h1 { (label) " " (key.as_str()) }
@@ -63,6 +65,11 @@ pub async fn confirm(
         form #act method="post" action=(format!("{href}/act")) {
             input type="hidden" name="csrf" value=(viewer.csrf());
             input type="hidden" name="action" value=(action);
+            // What the operator is looking at: the action applies only while
+            // the operation still looks so.
+            input type="hidden" name="seen_status" value=(operation.status.as_str());
+            input type="hidden" name="seen_held" value=(operation.is_held());
+            input type="hidden" name="seen_token" value=(operation.fencing_token.get());
             @if action == "resolve" {
                 fieldset {
                     legend { "Outcome found in the remote system" }
@@ -97,7 +104,17 @@ pub async fn act(
     viewer.authorize(Role::Admin, &namespace)?;
     let action = fields.get("action").unwrap_or_default();
     let (target, command) = command(&console, &viewer, (&namespace, &key), action, &fields)?;
-    let change = console.registry.act(&target, &command).await?;
+    let seen = seen(&fields)?;
+    let change = match console.registry.act_as_seen(&target, &command, &seen).await {
+        Err(RegistryError::InvalidTransition { current, held }) if seen != Seen::default() => {
+            return Err(ConsoleError::Conflict(format!(
+                "The operation changed since you looked (it is {}{} now): review it and act again.",
+                status_name(current.as_str()),
+                if held { ", held" } else { "" }
+            )));
+        }
+        change => change?,
+    };
     tracing::info!(
         namespace = %namespace, key = %key, action, principal = viewer.principal(),
         status_after = change.operation.status.as_str(), "console action recorded"
@@ -183,6 +200,38 @@ fn command(
     let (mut target, command) = checked?;
     target.actor.principal = viewer.principal().to_owned();
     Ok((target, command))
+}
+
+/// What the confirmation page showed, from its hidden fields; nothing when
+/// the form did not say (then the rules alone decide, as over the API).
+fn seen(fields: &Fields) -> Result<Seen, ConsoleError> {
+    let stale = || {
+        ConsoleError::BadInput("The form's record of the operation is damaged: reload it.".into())
+    };
+    let status = fields
+        .get("seen_status")
+        .map(|status| Status::try_from(status.to_owned()).map_err(|_| stale()))
+        .transpose()?;
+    let held = fields
+        .get("seen_held")
+        .map(|held| held.parse::<bool>().map_err(|_| stale()))
+        .transpose()?;
+    let token = fields
+        .get("seen_token")
+        .map(|token| {
+            token
+                .parse::<u64>()
+                .ok()
+                .and_then(|token| FencingToken::parse("seen_token", token).ok())
+                .ok_or_else(stale)
+        })
+        .transpose()?;
+    Ok(Seen {
+        statuses: status.into_iter().collect(),
+        held,
+        token,
+        lease_owner: None,
+    })
 }
 
 async fn current(

@@ -25,6 +25,7 @@ use sha2::{Digest, Sha256};
 use super::html::{Section, alert, page};
 use super::{Console, ConsoleError, Fields};
 use crate::access::{Caller, Credentials, Role};
+use crate::store::console_sessions::SessionRow;
 use crate::telemetry::metrics;
 
 /// The session cookie, with a policy.
@@ -138,10 +139,14 @@ pub async fn identify(
     posting: bool,
 ) -> Result<Viewer, ConsoleError> {
     if !console.access.is_restricted() {
-        if !peer.ip().is_loopback() {
+        // The Host too: a page of another site whose name was re-pointed at
+        // 127.0.0.1 (DNS rebinding) reaches a loopback peer under its own name.
+        if !peer.ip().to_canonical().is_loopback() || !loopback_host(headers) {
             metrics::auth_refused("console_not_loopback");
             return Err(ConsoleError::Forbidden(
-                "With no policy (OPREG_AUTH_FILE) the console answers loopback peers only.".into(),
+                "With no policy (OPREG_AUTH_FILE) the console answers loopback peers only, \
+                 addressed as localhost, 127.0.0.1 or [::1]."
+                    .into(),
             ));
         }
         let (secret, new_cookie) = match cookie_value(headers, ANONYMOUS_COOKIE) {
@@ -165,14 +170,21 @@ pub async fn identify(
         }
     };
     let secret = cookie_value(headers, SESSION_COOKIE).ok_or_else(not_signed_in)?;
-    let principal = console
+    let session = console
         .registry
         .console_session(&secret_sha256(secret))
         .await?
         .ok_or_else(not_signed_in)?;
+    // The principal as the policy has it now: gone, or its key rotated, and
+    // the session is over.
     let caller = console
         .access
-        .principal_named(&principal)
+        .principal_named(&session.principal)
+        .filter(|caller| {
+            caller
+                .key_sha256()
+                .is_some_and(|key| key[..] == session.key_sha256[..])
+        })
         .ok_or_else(not_signed_in)?;
     Ok(Viewer {
         caller,
@@ -260,6 +272,33 @@ fn check_request(
     }
 }
 
+/// The host name of the request's `Host` header, without its port.
+fn host_name(headers: &HeaderMap) -> Option<&str> {
+    let host = headers.get(header::HOST)?.to_str().ok()?;
+    Some(match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    })
+}
+
+/// Whether the request names this machine's loopback interface.
+fn loopback_host(headers: &HeaderMap) -> bool {
+    host_name(headers).is_some_and(|name| {
+        name.eq_ignore_ascii_case("localhost")
+            || name
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.to_canonical().is_loopback())
+    })
+}
+
+/// Whether the browser reached the console over HTTPS, as it (or the proxy
+/// that terminated TLS) reports it.
+fn over_https(headers: &HeaderMap) -> bool {
+    let text = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    text("origin").is_some_and(|origin| origin.starts_with("https://"))
+        || text("x-forwarded-proto").is_some_and(|proto| proto.eq_ignore_ascii_case("https"))
+}
+
 /// A request another site's page started, as the browser reports it.
 fn same_origin(headers: &HeaderMap) -> Result<(), ConsoleError> {
     let text = |name: header::HeaderName| headers.get(name).and_then(|value| value.to_str().ok());
@@ -318,6 +357,16 @@ pub async fn sign_in(
         return Ok(Redirect::to("/console/").into_response());
     }
     same_origin(&headers)?;
+    // A key typed into a page served in the clear travels in the clear, and
+    // the Secure cookie would not come back: refuse rather than half-work.
+    if !over_https(&headers) && !loopback_host(&headers) {
+        metrics::auth_refused("console_plain_http");
+        return Err(ConsoleError::Forbidden(
+            "Sign in over HTTPS (a proxy that terminates TLS in front of this port), or on \
+             localhost: an API key must not travel in the clear."
+                .into(),
+        ));
+    }
     let fields = Fields::parse(&body);
     let key = fields.get("api_key").unwrap_or_default().trim();
     let authorization = format!("Bearer {key}");
@@ -325,18 +374,32 @@ pub async fn sign_in(
         authorization: Some(authorization.as_bytes()),
         tls_identities: &[],
     });
-    let Ok(caller @ Caller::Principal(_)) = caller else {
+    let Some((caller, key_sha256)) = caller
+        .ok()
+        .and_then(|caller| caller.key_sha256().map(|key| (caller, key)))
+    else {
         metrics::auth_refused("unauthenticated");
         return Ok(sign_in_form(
             StatusCode::UNAUTHORIZED,
             Some("That key is not known."),
         ));
     };
+    // A session this browser already had ends: a sign-in always starts anew.
+    if let Some(old) = cookie_value(&headers, SESSION_COOKIE) {
+        console
+            .registry
+            .close_console_session(&secret_sha256(old))
+            .await?;
+    }
     let secret = new_secret();
     let ttl = console.settings.session_ttl;
+    let session = SessionRow {
+        principal: caller.name().to_owned(),
+        key_sha256: key_sha256.to_vec(),
+    };
     console
         .registry
-        .open_console_session(&secret_sha256(&secret), caller.name(), ttl)
+        .open_console_session(&secret_sha256(&secret), &session, ttl)
         .await?;
     tracing::info!(principal = caller.name(), "console sign-in");
     let mut response = Redirect::to("/console/").into_response();

@@ -1,11 +1,14 @@
 //! Bulk actions: a job acts on a selection, or on everything a filter
-//! matched when it was submitted, at a bounded rate, in the background. Its
-//! id comes from the submitting page, so a resubmission finds the same job;
-//! it can be aborted and resumed; each operation's action and the job's count
-//! commit together ([`crate::registry::Registry::job_step`]), and each audit
-//! row names the job, so the job row is the summary and every trail leads to
-//! it. Any replica may run any job; one runs it at a time, holding it by a
-//! lease renewed at every step, so a replica that dies hands it on.
+//! matched when it was submitted, at a bounded rate, in the background, for
+//! its submitter and only while the policy still lets them act. Each
+//! operation is acted on only while it still matches the filter the operator
+//! looked at. The job's id comes from the submitting page, so a resubmission
+//! finds the same job; it can be aborted and resumed; each operation's action
+//! and the job's count commit together
+//! ([`crate::registry::Registry::job_step`]), and each audit row names the
+//! job, so the job row is the summary and every trail leads to it. Any
+//! replica may run any job; one runs it at a time, holding it by a lease
+//! renewed at every step, so a replica that dies hands it on.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +17,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use chrono::Utc;
 use maud::html;
 
-use super::html::{Section, column_heads, page, query, time};
+use super::html::{Section, alert, column_heads, page, query, time};
 use super::identity::{Acting, LOOPBACK_OPERATOR, Reading};
 use super::operations::{Filter, cursor_of, fetch_page};
 use super::{Console, ConsoleError, Fields};
@@ -23,6 +26,7 @@ use crate::domain::admin::{Actor, Resolution};
 use crate::domain::bulk::{BulkAction, BulkJob, JobId, JobScope, JobSpec, JobState};
 use crate::domain::commands::{AdminCommand, AdminTarget};
 use crate::domain::ids::OperationKey;
+use crate::domain::text::check_required_text;
 use crate::registry::JobStep;
 
 /// How long a replica's hold on a job lasts without a step.
@@ -36,6 +40,10 @@ const MAX_FILTER_MATCHES: u32 = 10_000;
 const COUNT_PAGE: u32 = 1_000;
 /// Longest reason; the audit row adds the job's id to it.
 const REASON_MAX_BYTES: usize = 4_096;
+/// Jobs the jobs page lists.
+const RECENT_JOBS: u32 = 200;
+/// Failed tries of one step before the job is stopped.
+const STEP_ATTEMPTS: u32 = 3;
 /// The failure code of a bulk "resolve as failed".
 const BULK_FAILURE_CODE: &str = "resolved_by_operator";
 
@@ -55,20 +63,27 @@ pub async fn submit(
     let action = BulkAction::try_from(fields.get("action").unwrap_or_default().to_owned())
         .map_err(|_| ConsoleError::BadInput("Choose an action.".into()))?;
     let reason = fields.get("reason").unwrap_or_default().to_owned();
-    if reason.is_empty() || reason.len() > REASON_MAX_BYTES {
-        return Err(ConsoleError::BadInput(format!(
-            "A reason of 1 to {REASON_MAX_BYTES} bytes is required."
-        )));
-    }
-    if let Some(existing) = console.registry.job(&id).await? {
-        return Ok(Redirect::to(&job_href(&existing.spec.id)).into_response());
-    }
-    let (scope, total) = match fields.get("scope") {
+    check_required_text("reason", &reason, REASON_MAX_BYTES)?;
+    let mut spec = JobSpec {
+        id,
+        namespace: filter.namespace.clone(),
+        action,
+        reason,
+        principal: viewer.principal().to_owned(),
+        filter: filter.query_string(),
+        scope: JobScope::EveryMatch,
+        total: 0,
+    };
+    (spec.scope, spec.total) = match fields.get("scope") {
         Some("selection") => {
-            let keys = fields
-                .all("key")
-                .map(|key| OperationKey::parse("key", key.to_owned()))
-                .collect::<Result<Vec<_>, _>>()?;
+            let mut keys: Vec<OperationKey> = Vec::new();
+            for key in fields.all("key") {
+                let key = OperationKey::parse("key", key.to_owned())?;
+                // A key selected twice is acted on once.
+                if !keys.contains(&key) {
+                    keys.push(key);
+                }
+            }
             if keys.is_empty() || keys.len() > MAX_SELECTION {
                 return Err(ConsoleError::BadInput(format!(
                     "Select 1 to {MAX_SELECTION} operations, or act on every match."
@@ -77,28 +92,24 @@ pub async fn submit(
             let total = u32::try_from(keys.len()).unwrap_or(u32::MAX);
             (JobScope::Selection(keys), total)
         }
-        Some("filter") => {
-            let total = count_matches(&console, &filter).await?;
-            (JobScope::Filter(filter.query_string()), total)
-        }
+        Some("filter") => (
+            JobScope::EveryMatch,
+            count_matches(&console, &filter).await?,
+        ),
         _ => {
             return Err(ConsoleError::BadInput(
                 "Choose the selection or every match.".into(),
             ));
         }
     };
-    let job = console
-        .registry
-        .submit_job(&JobSpec {
-            id,
-            namespace: filter.namespace.clone(),
-            action,
-            reason,
-            principal: viewer.principal().to_owned(),
-            scope,
-            total,
-        })
-        .await?;
+    let job = console.registry.submit_job(&spec).await?;
+    // The same id with another request: a page restored by the browser.
+    if !job.spec.same_request(&spec) {
+        return Err(ConsoleError::Conflict(
+            "This form already started another job: reload the operations page to start a new one."
+                .into(),
+        ));
+    }
     let spec = &job.spec;
     tracing::info!(
         job = spec.id.as_str(),
@@ -137,7 +148,7 @@ pub async fn list(
 ) -> Result<Response, ConsoleError> {
     let jobs: Vec<BulkJob> = console
         .registry
-        .recent_jobs(50)
+        .recent_jobs(RECENT_JOBS)
         .await?
         .into_iter()
         .filter(|job| viewer.may(Role::Reader, &job.spec.namespace))
@@ -145,7 +156,7 @@ pub async fn list(
     let now = Utc::now();
     let body = html! {
         h1 { "Jobs" }
-        p.hint { "Bulk actions, newest first. Start one from the operations page." }
+        p.hint { "Bulk actions, newest first (the latest " (RECENT_JOBS) " of every namespace, those you may read). Start one from the operations page." }
         @if jobs.is_empty() { p { "No bulk job yet." } } @else {
             div.scroll { table #jobs {
                 (column_heads(&["Job", "Namespace", "Action", "State", "Progress", "By", "Submitted"]))
@@ -156,7 +167,7 @@ pub async fn list(
                         td { (job.spec.action.as_str()) }
                         td { (job.state.as_str()) }
                         td { (job.done + job.skipped) " of " (job.spec.total) }
-                        td { (job.spec.principal) }
+                        td { (submitter(&job.spec)) }
                         td { (time(job.created_at, now)) }
                     }
                 } }
@@ -196,15 +207,24 @@ pub async fn one(
                 " " span #job-counts { (processed) " of " (job.spec.total) " processed: " (job.done) " acted on, " (job.skipped) " skipped" }
             }
             dt { "Action" } dd { (job.spec.action.as_str()) " in " (job.spec.namespace.as_str()) }
-            dt { "Scope" } dd { @match &job.spec.scope {
-                JobScope::Selection(keys) => { (keys.len()) " selected operations" },
-                JobScope::Filter(filter) => { "every match of " a href=(format!("/console/operations?{filter}")) { "this filter" } " registered before it was submitted" },
-            } }
+            dt { "Scope" } dd {
+                @match &job.spec.scope {
+                    JobScope::Selection(keys) => { (keys.len()) " operations selected on " },
+                    JobScope::EveryMatch => { "every operation registered before it was submitted that matches " },
+                }
+                a href=(format!("/console/operations?{}", job.spec.filter)) { "this filter" }
+                "; each is acted on only while it still matches it"
+            }
             dt { "Reason" } dd { (job.spec.reason) }
-            dt { "Submitted by" } dd { (if job.spec.principal.is_empty() { LOOPBACK_OPERATOR } else { &job.spec.principal }) }
+            dt { "Submitted by" } dd { (submitter(&job.spec)) }
+            @if let Some(who) = &job.switched_by { dt { "Last aborted or resumed by" } dd { (if who.is_empty() { LOOPBACK_OPERATOR } else { who }) } }
             dt { "Submitted" } dd { (time(job.created_at, now)) }
             dt { "Last step" } dd { (time(job.updated_at, now)) }
             @if let Some(finished) = job.finished_at { dt { "Finished" } dd { (time(finished, now)) } }
+        }
+        @if let Some(error) = &job.last_error { (alert(&format!("Stopped: {error}"))) }
+        @if job.state == JobState::Finished && processed < job.spec.total {
+            p { (job.spec.total - processed) " of the operations counted when it was submitted no longer matched the filter when its turn came." }
         }
         @if admin {
             @if job.state == JobState::Running {
@@ -241,7 +261,7 @@ pub async fn switch(
     // A job already in the wanted state (a second click) is left as it is.
     if console
         .registry
-        .switch_job(&job.spec.id, from, to)
+        .switch_job(&job.spec.id, (from, to), viewer.principal())
         .await?
         .is_some()
     {
@@ -281,23 +301,35 @@ pub async fn run_jobs_forever(console: Console) {
 }
 
 /// Steps through a job at the configured rate until it is finished, aborted
-/// or taken over.
+/// or taken over. A job that cannot go on (its submitter lost the right to
+/// act, its filter no longer reads, a step keeps failing) is stopped with the
+/// reason on its page, so it never spins without progress.
 async fn run(console: &Console, runner: &str, mut job: BulkJob) -> Result<(), ConsoleError> {
     let rate = console.settings.bulk_rate.max(1);
     let pause = Duration::from_secs(1) / rate;
+    let mut failures = 0;
     loop {
-        let steps = next_steps(console, &job, rate).await?;
+        let steps = match may_act(console, &job) {
+            Ok(()) => next_steps(console, &job, rate).await,
+            Err(refusal) => Err(refusal),
+        };
+        let steps = match steps {
+            Ok(steps) => steps,
+            Err(error) => return stop(console, runner, &job, error).await,
+        };
         if steps.is_empty() {
-            console
+            let finished = console
                 .registry
                 .job_step(&job.spec.id, runner, RUNNER_LEASE, None)
                 .await?;
-            tracing::info!(
-                job = job.spec.id.as_str(),
-                done = job.done,
-                skipped = job.skipped,
-                "console bulk job finished"
-            );
+            if let Some(job) = finished {
+                tracing::info!(
+                    job = job.spec.id.as_str(),
+                    done = job.done,
+                    skipped = job.skipped,
+                    "console bulk job finished"
+                );
+            }
             return Ok(());
         }
         for step in &steps {
@@ -305,13 +337,70 @@ async fn run(console: &Console, runner: &str, mut job: BulkJob) -> Result<(), Co
             match console
                 .registry
                 .job_step(&job.spec.id, runner, RUNNER_LEASE, Some(step))
-                .await?
+                .await
             {
-                Some(updated) => job = updated,
-                None => return Ok(()),
+                Ok(Some(updated)) => {
+                    job = updated;
+                    failures = 0;
+                }
+                Ok(None) => return Ok(()),
+                Err(error) => {
+                    failures += 1;
+                    if failures >= STEP_ATTEMPTS {
+                        return stop(console, runner, &job, ConsoleError::Registry(error)).await;
+                    }
+                    tracing::warn!(job = job.spec.id.as_str(), %error, "console bulk job step failed; trying again");
+                    tokio::time::sleep(IDLE_POLL).await;
+                    break;
+                }
             }
             tokio::time::sleep(pause.saturating_sub(started.elapsed())).await;
         }
+    }
+}
+
+/// Whether the job's submitter may still act in its namespace, by the
+/// policy in force now: a job acts for its submitter, never beyond them.
+fn may_act(console: &Console, job: &BulkJob) -> Result<(), ConsoleError> {
+    if !console.access.is_restricted() {
+        return Ok(());
+    }
+    let spec = &job.spec;
+    let caller = console
+        .access
+        .principal_named(&spec.principal)
+        .ok_or_else(|| {
+            ConsoleError::Forbidden(format!(
+                "{} is not a principal of the policy in force",
+                submitter(spec)
+            ))
+        })?;
+    caller
+        .authorize(Role::Admin, &spec.namespace)
+        .map_err(ConsoleError::Registry)
+}
+
+async fn stop(
+    console: &Console,
+    runner: &str,
+    job: &BulkJob,
+    error: ConsoleError,
+) -> Result<(), ConsoleError> {
+    let why = error.message();
+    tracing::warn!(job = job.spec.id.as_str(), %why, "console bulk job stopped");
+    console
+        .registry
+        .stop_job(&job.spec.id, runner, &why)
+        .await?;
+    Ok(())
+}
+
+/// Who submitted a job, as the pages name them.
+fn submitter(spec: &JobSpec) -> &str {
+    if spec.principal.is_empty() {
+        LOOPBACK_OPERATOR
+    } else {
+        &spec.principal
     }
 }
 
@@ -322,12 +411,10 @@ async fn next_steps(
     job: &BulkJob,
     limit: u32,
 ) -> Result<Vec<JobStep>, ConsoleError> {
+    let filter = Filter::parse(&Fields::parse(job.spec.filter.as_bytes()))?
+        .ok_or_else(|| ConsoleError::BadInput("the job's filter names no namespace".into()))?;
     let actor = Actor {
-        operator: if job.spec.principal.is_empty() {
-            LOOPBACK_OPERATOR.to_owned()
-        } else {
-            job.spec.principal.clone()
-        },
+        operator: submitter(&job.spec).to_owned(),
         reason: job.audit_reason(),
         principal: job.spec.principal.clone(),
     };
@@ -338,33 +425,30 @@ async fn next_steps(
             actor: actor.clone(),
         },
         command: command(console, job),
+        seen: filter.seen(),
         position,
     };
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     match &job.spec.scope {
         JobScope::Selection(keys) => {
-            let start: usize = job
-                .position
-                .as_deref()
-                .and_then(|at| at.parse().ok())
-                .unwrap_or(0);
+            let start: usize = match job.position.as_deref() {
+                None => 0,
+                Some(at) => at.parse().map_err(|_| {
+                    ConsoleError::BadInput(format!("the job's position {at:?} is not an index"))
+                })?,
+            };
             Ok(keys
                 .iter()
                 .enumerate()
                 .skip(start)
-                .take(limit)
+                .take(usize::try_from(limit).unwrap_or(usize::MAX))
                 .map(|(index, key)| step(key.clone(), (index + 1).to_string()))
                 .collect())
         }
-        JobScope::Filter(text) => {
-            let filter = Filter::parse(&Fields::parse(text.as_bytes()))?.ok_or_else(|| {
-                ConsoleError::BadInput("the job's filter names no namespace".into())
-            })?;
-            let size = u32::try_from(limit).unwrap_or(u32::MAX);
+        JobScope::EveryMatch => {
             let (operations, _) = fetch_page(
                 console,
                 &filter,
-                size,
+                limit,
                 job.position.as_deref(),
                 Some(job.created_at),
             )

@@ -155,6 +155,8 @@ pub enum ConsoleError {
     Unauthenticated,
     Forbidden(String),
     BadInput(String),
+    /// The request met a state that changed under it (409).
+    Conflict(String),
     NotFound(&'static str),
     Registry(RegistryError),
 }
@@ -217,18 +219,37 @@ async fn frame_refusals(
     }
 }
 
-impl IntoResponse for ConsoleError {
-    fn into_response(self) -> Response {
-        let (status, message) = match self {
-            Self::SignInNeeded => return Redirect::to("/console/sign-in").into_response(),
+impl ConsoleError {
+    /// The status and the words a page shows for it; `None` for a page that
+    /// sends the browser to the sign-in form instead.
+    fn status_and_message(self) -> Option<(StatusCode, String)> {
+        Some(match self {
+            Self::SignInNeeded => return None,
             Self::Unauthenticated => (
                 StatusCode::UNAUTHORIZED,
                 "Sign in first: this request needs a session.".to_owned(),
             ),
             Self::Forbidden(message) => (StatusCode::FORBIDDEN, message),
             Self::BadInput(message) => (StatusCode::BAD_REQUEST, message),
+            Self::Conflict(message) => (StatusCode::CONFLICT, message),
             Self::NotFound(what) => (StatusCode::NOT_FOUND, format!("No such {what}.")),
             Self::Registry(error) => (registry_status(&error), error.to_string()),
+        })
+    }
+
+    /// Its words alone, for a job's page.
+    pub fn message(self) -> String {
+        match self.status_and_message() {
+            Some((_, message)) => message,
+            None => "sign in again".to_owned(),
+        }
+    }
+}
+
+impl IntoResponse for ConsoleError {
+    fn into_response(self) -> Response {
+        let Some((status, message)) = self.status_and_message() else {
+            return Redirect::to("/console/sign-in").into_response();
         };
         let mut response = (status, refusal_page(None, status, &message)).into_response();
         response.extensions_mut().insert(Refusal(message));

@@ -16,10 +16,18 @@ use super::html::{
 use super::identity::{Reading, Viewer};
 use super::{Console, ConsoleError, Fields, overview};
 use crate::access::Role;
-use crate::domain::admin;
+use crate::domain::admin::{self, Seen};
 use crate::domain::commands::{FinishedQuery, ListQuery, Narrowing, PageCursor};
 use crate::domain::ids::{Namespace, OperationKey};
 use crate::domain::operation::{Operation, Status};
+use crate::domain::text::{LABEL_MAX_BYTES, check_identifier};
+
+/// The longest age a filter takes, as the API's `older_than` (a longer one
+/// would leave PostgreSQL's range of times).
+const MAX_AGE: Duration = Duration::from_secs(100 * 365 * 24 * 3_600);
+/// Registration times a cursor may carry: from 1970 to 2300 (PostgreSQL's
+/// range is wider; no operation is registered outside this one).
+const CURSOR_MICROS: std::ops::RangeInclusive<i64> = 0..=10_413_792_000_000_000;
 
 /// Rows on a page unless the filter says otherwise, and the most it may say.
 const DEFAULT_PAGE_SIZE: u32 = 50;
@@ -67,12 +75,24 @@ impl Filter {
             .get("older_than")
             .map(|text| {
                 humantime::parse_duration(text)
-                    .map(|duration| (text.to_owned(), duration))
-                    .map_err(|_| {
-                        ConsoleError::BadInput(format!("{text:?} is not an age such as 5m or 2h"))
+                    .ok()
+                    .filter(|age| *age <= MAX_AGE)
+                    .map(|age| (text.to_owned(), age))
+                    .ok_or_else(|| {
+                        ConsoleError::BadInput(format!(
+                            "{text:?} is not an age such as 5m or 2h (at most 100 years)"
+                        ))
                     })
             })
             .transpose()?;
+        let identifier =
+            |field: &'static str, max: usize| -> Result<Option<String>, ConsoleError> {
+                let Some(value) = fields.get(field) else {
+                    return Ok(None);
+                };
+                check_identifier(field, value, max)?;
+                Ok(Some(value.to_owned()))
+            };
         let size = match fields.get("size") {
             None => DEFAULT_PAGE_SIZE,
             Some(text) => text
@@ -87,8 +107,8 @@ impl Filter {
             namespace,
             status,
             statuses,
-            prefix: fields.get("prefix").map(str::to_owned),
-            owner: fields.get("owner").map(str::to_owned),
+            prefix: identifier("prefix", OperationKey::MAX_BYTES)?,
+            owner: identifier("owner", LABEL_MAX_BYTES)?,
             older_than,
             held: fields.get("held").is_some(),
             size,
@@ -116,6 +136,17 @@ impl Filter {
 
     pub fn query_string(&self) -> String {
         query(&self.pairs())
+    }
+
+    /// What the operator saw through this filter: a bulk job acts on an
+    /// operation only while it still matches it.
+    pub fn seen(&self) -> Seen {
+        Seen {
+            statuses: self.statuses.clone(),
+            held: self.held.then_some(true),
+            token: None,
+            lease_owner: self.owner.clone(),
+        }
     }
 
     /// Finished statuses are listed by key, the others by registration time.
@@ -170,6 +201,7 @@ pub async fn fetch_page(
                 let created_at = micros
                     .parse::<i64>()
                     .ok()
+                    .filter(|micros| CURSOR_MICROS.contains(micros))
                     .and_then(DateTime::from_timestamp_micros)
                     .ok_or_else(bad_cursor)?;
                 let operation_key =
@@ -406,7 +438,7 @@ pub async fn one(
     let body = html! {
         p.crumbs { a href=(format!("/console/operations?{}", query(&[("namespace", &namespace)]))) { (namespace.as_str()) } " / operation" }
         h1 { (key.as_str()) }
-        @if let Some(done) = fields.get("done") { (notice(&format!("Recorded: {done}. The audit trail below has the new row."))) }
+        @if let Some(done) = fields.get("done").and_then(known_action) { (notice(&format!("Recorded: {done}. The audit trail below has the new row."))) }
         dl.facts {
             dt { "Status" } dd #status { (status_name(operation.status.as_str())) @if operation.is_held() { " " span.tag { "HELD" } } @if operation.reconciling { " " span.tag { "RECONCILING" } } }
             dt { "Namespace" } dd { (namespace.as_str()) }
@@ -428,7 +460,7 @@ pub async fn one(
             @if !actions.is_empty() {
                 nav.actions aria-label="Actions" {
                     @for action in actions {
-                        a.button data-action=(action) href=(format!("{href}/act?action={action}")) { (action_label(action)) }
+                        a.button data-action=(action) href=(format!("{href}/act?action={action}")) { (known_action(action).unwrap_or(action)) }
                     }
                 }
             }
@@ -508,13 +540,14 @@ pub async fn one(
     Ok(viewer.finish(page(Some(&viewer), Section::Operations, key.as_str(), body).into_response()))
 }
 
-pub fn action_label(action: &str) -> &'static str {
+/// The label of an action the console knows, or `None`.
+pub fn known_action(action: &str) -> Option<&'static str> {
     match action {
-        "resolve" => "Resolve",
-        "requeue" => "Requeue",
-        "hold" => "Hold",
-        "release" => "Release",
-        _ => "Act",
+        "resolve" => Some("Resolve"),
+        "requeue" => Some("Requeue"),
+        "hold" => Some("Hold"),
+        "release" => Some("Release"),
+        _ => None,
     }
 }
 

@@ -56,14 +56,25 @@ impl Figures {
 /// Every namespace's figures, from the Prometheus text this server renders.
 pub fn read_figures(text: &str) -> BTreeMap<String, Figures> {
     let mut all: BTreeMap<String, Figures> = BTreeMap::new();
-    for (name, labels, value) in text.lines().filter_map(sample) {
-        let Some(namespace) = label(labels, "namespace") else {
+    for Series {
+        name,
+        labels,
+        value,
+    } in text.lines().filter_map(series)
+    {
+        let label = |wanted: &str| {
+            labels
+                .iter()
+                .find(|(key, _)| key == wanted)
+                .map(|(_, value)| value.as_str())
+        };
+        let Some(namespace) = label("namespace") else {
             continue;
         };
         let figures = all.entry(namespace.to_owned()).or_default();
         match name {
             metrics::OPERATIONS => {
-                if let Some(state) = label(labels, "status") {
+                if let Some(state) = label("status") {
                     figures.backlog.insert(state.to_owned(), value);
                 }
             }
@@ -72,7 +83,7 @@ pub fn read_figures(text: &str) -> BTreeMap<String, Figures> {
             metrics::DUE_OLDEST_AGE => figures.oldest_due_seconds = value,
             metrics::CLAIMS => figures.claims += value,
             metrics::REGISTERED => figures.registered += value,
-            metrics::EXECUTIONS if label(labels, "kind") != Some("resume") => {
+            metrics::EXECUTIONS if label("kind") != Some("resume") => {
                 figures.executions += value;
             }
             _ => {}
@@ -81,26 +92,55 @@ pub fn read_figures(text: &str) -> BTreeMap<String, Figures> {
     all
 }
 
-/// `name{labels} value` of one exposition line; comments and blanks are none.
-fn sample(line: &str) -> Option<(&str, &str, f64)> {
+/// One line of the exposition text: `name{labels} value`.
+struct Series<'a> {
+    name: &'a str,
+    /// Names and values, the values unescaped.
+    labels: Vec<(String, String)>,
+    value: f64,
+}
+
+/// The series of one exposition line; comments, blanks and anything
+/// malformed are none.
+fn series(line: &str) -> Option<Series<'_>> {
     if line.starts_with('#') || line.trim().is_empty() {
         return None;
     }
-    let (series, value) = line.rsplit_once(' ')?;
+    let (head, value) = line.rsplit_once(' ')?;
     let value = value.parse().ok()?;
-    match series.split_once('{') {
-        Some((name, labels)) => Some((name, labels.strip_suffix('}')?, value)),
-        None => Some((series, "", value)),
+    let Some((name, mut rest)) = head.split_once('{') else {
+        return Some(Series {
+            name: head,
+            labels: Vec::new(),
+            value,
+        });
+    };
+    let mut labels = Vec::new();
+    loop {
+        rest = rest.trim_start_matches(',');
+        if rest == "}" {
+            return Some(Series {
+                name,
+                labels,
+                value,
+            });
+        }
+        let (key, after) = rest.split_once("=\"")?;
+        let mut label = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (at, '"') => break at,
+                (_, '\\') => match chars.next()?.1 {
+                    'n' => label.push('\n'),
+                    escaped => label.push(escaped),
+                },
+                (_, other) => label.push(other),
+            }
+        };
+        labels.push((key.to_owned(), label));
+        rest = &after[end + 1..];
     }
-}
-
-/// A label's value. Namespaces and states are identifiers without quotes or
-/// commas, which is all this reader needs to handle.
-fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
-    labels.split(',').find_map(|pair| {
-        let (key, value) = pair.split_once('=')?;
-        (key == name).then(|| value.trim_matches('"'))
-    })
 }
 
 /// Every namespace's figures at one moment.
@@ -281,6 +321,7 @@ opreg_executions_total{namespace=\"payments\",kind=\"first\"} 10
 opreg_executions_total{namespace=\"payments\",kind=\"retry\"} 5
 opreg_executions_total{namespace=\"payments\",kind=\"resume\"} 7
 opreg_claims_total{namespace=\"other\",outcome=\"acquired\"} 1
+opreg_claims_total{namespace=\"a,b\\\"c\",outcome=\"acquired\"} 2
 ";
         let figures = read_figures(text);
         let payments = &figures["payments"];
@@ -295,5 +336,10 @@ opreg_claims_total{namespace=\"other\",outcome=\"acquired\"} 1
             "resumed leases are not executions"
         );
         assert_eq!(figures["other"].amplification(), None);
+        assert_eq!(
+            figures["a,b\"c"].claims, 2.0,
+            "a quoted comma or quote stays in its label"
+        );
+        assert!(!figures.contains_key("a"));
     }
 }

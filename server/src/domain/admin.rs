@@ -107,6 +107,41 @@ pub struct Hold {
     pub revoke_live_lease: bool,
 }
 
+/// What an operator saw before acting: the action applies only while the
+/// operation still looks so, checked under its row lock. The console's
+/// confirmation page sees one operation (its status, hold and token); a bulk
+/// job sees what its filter matched (statuses, held, lease owner). The API's
+/// actions see nothing ([`Seen::default`]) and decide by the rules alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// One of these statuses; empty: any.
+    pub statuses: Vec<Status>,
+    pub held: Option<bool>,
+    pub token: Option<FencingToken>,
+    pub lease_owner: Option<String>,
+}
+
+impl Seen {
+    /// A refusal, as the status would refuse the action, unless the
+    /// operation still looks as seen.
+    pub fn check(&self, operation: &Operation) -> Result<(), RegistryError> {
+        let still = (self.statuses.is_empty() || self.statuses.contains(&operation.status))
+            && self.held.is_none_or(|held| held == operation.is_held())
+            && self
+                .token
+                .is_none_or(|token| token == operation.fencing_token)
+            && self
+                .lease_owner
+                .as_ref()
+                .is_none_or(|owner| operation.lease_owner.as_ref() == Some(owner));
+        if still {
+            Ok(())
+        } else {
+            Err(refuse(operation))
+        }
+    }
+}
+
 fn refuse(operation: &Operation) -> RegistryError {
     RegistryError::InvalidTransition {
         current: operation.status,
@@ -178,6 +213,32 @@ mod tests {
             assert!(hold(&op, now).is_err());
             assert!(release(&op).is_err());
         }
+    }
+
+    #[test]
+    fn an_action_applies_only_to_what_was_seen() {
+        let now = Utc::now();
+        let op = operation(Status::InProgress, now);
+        assert_eq!(Seen::default().check(&op), Ok(()), "the API sees nothing");
+        let seen = Seen {
+            statuses: vec![Status::InProgress, Status::Dead],
+            held: Some(false),
+            token: Some(op.fencing_token),
+            lease_owner: op.lease_owner.clone(),
+        };
+        assert_eq!(seen.check(&op), Ok(()));
+        let mut moved = op.clone();
+        moved.status = Status::Unknown;
+        assert!(seen.check(&moved).is_err(), "another status");
+        let mut held = op.clone();
+        held.held_at = Some(now);
+        assert!(seen.check(&held).is_err(), "held since");
+        let mut taken = op.clone();
+        taken.fencing_token = FencingToken::from_stored(op.fencing_token.as_i64() + 1);
+        assert!(seen.check(&taken).is_err(), "a newer lease");
+        let mut other = op.clone();
+        other.lease_owner = Some("someone-else".into());
+        assert!(seen.check(&other).is_err(), "another owner");
     }
 
     #[test]

@@ -74,14 +74,14 @@ impl JobId {
     }
 }
 
-/// What a job acts on.
+/// What a job acts on, among what its filter matches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JobScope {
     /// These keys, in this order.
     Selection(Vec<OperationKey>),
-    /// Every operation the operations page's filter (its query string)
-    /// matched when the job was submitted.
-    Filter(String),
+    /// Every operation the filter matches that was registered before the
+    /// job was submitted.
+    EveryMatch,
 }
 
 /// What a job is to do, as submitted.
@@ -92,6 +92,9 @@ pub struct JobSpec {
     pub action: BulkAction,
     pub reason: String,
     pub principal: String,
+    /// The operations page's filter (its query string). Each operation is
+    /// acted on only while it still matches it.
+    pub filter: String,
     pub scope: JobScope,
     pub total: u32,
 }
@@ -103,14 +106,40 @@ pub struct BulkJob {
     pub state: JobState,
     /// Operations acted on.
     pub done: u32,
-    /// Operations whose status no longer allowed the action when their turn came.
+    /// Operations whose status no longer allowed the action, or that no
+    /// longer matched the filter, when their turn came.
     pub skipped: u32,
     /// Where the next step starts: an index into the selection, or the
     /// filter's page cursor; `None` before the first step.
     pub position: Option<String>,
+    /// Why it stopped by itself, if it did.
+    pub last_error: Option<String>,
+    /// Who last aborted or resumed it.
+    pub switched_by: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl JobSpec {
+    /// Whether `other` asks for the same job: a form submitted again.
+    pub fn same_request(&self, other: &JobSpec) -> bool {
+        (
+            &self.namespace,
+            self.action,
+            &self.reason,
+            &self.principal,
+            &self.filter,
+            &self.scope,
+        ) == (
+            &other.namespace,
+            other.action,
+            &other.reason,
+            &other.principal,
+            &other.filter,
+            &other.scope,
+        )
+    }
 }
 
 impl BulkJob {

@@ -5,7 +5,7 @@
 use sqlx::{Connection, PgConnection};
 
 use super::Registry;
-use crate::domain::admin::{self, AdminAction, AuditEntry};
+use crate::domain::admin::{self, AdminAction, AuditEntry, Seen};
 use crate::domain::commands::{AdminCommand, AdminTarget};
 use crate::domain::error::{RegistryError, Result};
 use crate::domain::operation::Operation;
@@ -21,7 +21,19 @@ pub struct AdminChange {
 
 impl Registry {
     pub async fn act(&self, target: &AdminTarget, command: &AdminCommand) -> Result<AdminChange> {
-        self.run(async |db| act_on(db, target, command).await).await
+        self.act_as_seen(target, command, &Seen::default()).await
+    }
+
+    /// An action that applies only while the operation still looks as the
+    /// operator saw it; otherwise INVALID_TRANSITION, as its status would refuse.
+    pub async fn act_as_seen(
+        &self,
+        target: &AdminTarget,
+        command: &AdminCommand,
+        seen: &Seen,
+    ) -> Result<AdminChange> {
+        self.run(async |db| act_on(db, target, command, seen).await)
+            .await
     }
 }
 
@@ -31,6 +43,7 @@ pub(super) async fn act_on(
     connection: &mut PgConnection,
     target: &AdminTarget,
     command: &AdminCommand,
+    seen: &Seen,
 ) -> Result<AdminChange> {
     let (namespace, key, actor) = (&target.namespace, &target.operation_key, &target.actor);
     let mut tx = connection.begin().await?;
@@ -38,6 +51,7 @@ pub(super) async fn act_on(
         .await?
         .ok_or(RegistryError::OperationNotFound)?;
     let operation = &observed.operation;
+    seen.check(operation)?;
     let (action, change) = match command {
         AdminCommand::Resolve(resolution) => {
             admin::resolve(operation)?;

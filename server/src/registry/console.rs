@@ -8,12 +8,14 @@ use sqlx::{Connection, PgConnection};
 
 use super::Registry;
 use super::admin::act_on;
+use crate::domain::admin::Seen;
 use crate::domain::bulk::{BulkJob, JobId, JobSpec, JobState};
 use crate::domain::commands::{AdminCommand, AdminTarget, FinishedQuery, LookupQuery};
 use crate::domain::error::{RegistryError, Result};
 use crate::domain::ids::{Namespace, OperationKey};
 use crate::domain::operation::{Operation, Resource};
 use crate::store::console_jobs::{self, Step};
+use crate::store::console_sessions::SessionRow;
 use crate::store::{console_sessions, operations, resources};
 
 use super::read::{LookupAnswer, lookup_on, more_pages, planned};
@@ -40,6 +42,9 @@ pub struct FinishedPage {
 pub struct JobStep {
     pub target: AdminTarget,
     pub command: AdminCommand,
+    /// What the job's filter matched: the action applies only while the
+    /// operation still matches it.
+    pub seen: Seen,
     /// The job's position once this step is counted.
     pub position: String,
 }
@@ -94,16 +99,16 @@ impl Registry {
     pub async fn open_console_session(
         &self,
         secret_sha256: &[u8],
-        principal: &str,
+        session: &SessionRow,
         ttl: Duration,
     ) -> Result<()> {
-        self.run(async |db| Ok(console_sessions::open(db, secret_sha256, principal, ttl).await?))
+        self.run(async |db| Ok(console_sessions::open(db, secret_sha256, session, ttl).await?))
             .await
     }
 
-    /// The principal of a live session.
-    pub async fn console_session(&self, secret_sha256: &[u8]) -> Result<Option<String>> {
-        self.run(async |db| Ok(console_sessions::principal(db, secret_sha256).await?))
+    /// Who a live session belongs to.
+    pub async fn console_session(&self, secret_sha256: &[u8]) -> Result<Option<SessionRow>> {
+        self.run(async |db| Ok(console_sessions::find(db, secret_sha256).await?))
             .await
     }
 
@@ -133,10 +138,16 @@ impl Registry {
     pub async fn switch_job(
         &self,
         id: &JobId,
-        from: JobState,
-        to: JobState,
+        states: (JobState, JobState),
+        who: &str,
     ) -> Result<Option<BulkJob>> {
-        self.run(async |db| Ok(console_jobs::switch(db, id, from, to).await?))
+        self.run(async |db| Ok(console_jobs::switch(db, id, states, who).await?))
+            .await
+    }
+
+    /// Stops a job `runner` holds that cannot go on, saying why.
+    pub async fn stop_job(&self, id: &JobId, runner: &str, why: &str) -> Result<()> {
+        self.run(async |db| Ok(console_jobs::stop(db, id, runner, why).await?))
             .await
     }
 
@@ -180,7 +191,7 @@ async fn job_step_on(
     let (counted, position) = match step {
         None => (Step::Exhausted, None),
         // The action runs in a savepoint: a refusal undoes only its own part.
-        Some(step) => match act_on(&mut tx, &step.target, &step.command).await {
+        Some(step) => match act_on(&mut tx, &step.target, &step.command, &step.seen).await {
             Ok(_) => (Step::Acted, Some(step.position.as_str())),
             Err(RegistryError::InvalidTransition { .. } | RegistryError::OperationNotFound) => {
                 (Step::Skipped, Some(step.position.as_str()))

@@ -15,7 +15,7 @@ use crate::domain::ids::{Namespace, OperationKey};
 macro_rules! job_columns {
     () => {
         "id, namespace, action, reason, principal, keys, filter, state, total, done, skipped, \
-         position, created_at, updated_at, finished_at"
+         position, last_error, switched_by, created_at, updated_at, finished_at"
     };
 }
 
@@ -28,13 +28,15 @@ struct JobRow {
     reason: String,
     principal: String,
     keys: Option<Vec<String>>,
-    filter: Option<String>,
+    filter: String,
     #[sqlx(try_from = "String")]
     state: JobState,
     total: i32,
     done: i32,
     skipped: i32,
     position: Option<String>,
+    last_error: Option<String>,
+    switched_by: Option<String>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
     finished_at: Option<DateTime<Utc>>,
@@ -42,11 +44,11 @@ struct JobRow {
 
 impl From<JobRow> for BulkJob {
     fn from(row: JobRow) -> Self {
-        let scope = match (row.keys, row.filter) {
-            (Some(keys), _) => {
+        let scope = match row.keys {
+            Some(keys) => {
                 JobScope::Selection(keys.into_iter().map(OperationKey::from_stored).collect())
             }
-            (None, filter) => JobScope::Filter(filter.unwrap_or_default()),
+            None => JobScope::EveryMatch,
         };
         let count = |value: i32| u32::try_from(value).unwrap_or(0);
         BulkJob {
@@ -56,6 +58,7 @@ impl From<JobRow> for BulkJob {
                 action: row.action,
                 reason: row.reason,
                 principal: row.principal,
+                filter: row.filter,
                 scope,
                 total: count(row.total),
             },
@@ -63,6 +66,8 @@ impl From<JobRow> for BulkJob {
             done: count(row.done),
             skipped: count(row.skipped),
             position: row.position,
+            last_error: row.last_error,
+            switched_by: row.switched_by,
             created_at: row.created_at,
             updated_at: row.updated_at,
             finished_at: row.finished_at,
@@ -78,12 +83,9 @@ fn millis(duration: Duration) -> i64 {
 #[tracing::instrument(level = "debug", name = "store.console_jobs.submit", skip_all)]
 pub async fn submit(db: impl PgExecutor<'_>, job: &JobSpec) -> sqlx::Result<BulkJob> {
     let _timer = super::QueryTimer::start("console_jobs_submit");
-    let (keys, filter) = match &job.scope {
-        JobScope::Selection(keys) => (
-            Some(keys.iter().map(|key| key.as_str()).collect::<Vec<_>>()),
-            None,
-        ),
-        JobScope::Filter(filter) => (None, Some(filter.as_str())),
+    let keys = match &job.scope {
+        JobScope::Selection(keys) => Some(keys.iter().map(|key| key.as_str()).collect::<Vec<_>>()),
+        JobScope::EveryMatch => None,
     };
     // The no-op update makes RETURNING give the existing row on a resubmission.
     let row: JobRow = sqlx::query_as(concat!(
@@ -101,7 +103,7 @@ pub async fn submit(db: impl PgExecutor<'_>, job: &JobSpec) -> sqlx::Result<Bulk
     .bind(&job.reason)
     .bind(&job.principal)
     .bind(keys)
-    .bind(filter)
+    .bind(&job.filter)
     .bind(i32::try_from(job.total).unwrap_or(i32::MAX))
     .fetch_one(db)
     .await?;
@@ -138,19 +140,20 @@ pub async fn recent(db: impl PgExecutor<'_>, limit: u32) -> sqlx::Result<Vec<Bul
 }
 
 /// Moves a job from `from` to `to`: abort (running → aborted) or resume
-/// (aborted → running, free for any replica to take at once). `None` when
-/// the job was not in `from`.
+/// (aborted → running, free for any replica to take at once), by `who`.
+/// `None` when the job was not in `from`.
 #[tracing::instrument(level = "debug", name = "store.console_jobs.switch", skip_all)]
 pub async fn switch(
     db: impl PgExecutor<'_>,
     id: &JobId,
-    from: JobState,
-    to: JobState,
+    (from, to): (JobState, JobState),
+    who: &str,
 ) -> sqlx::Result<Option<BulkJob>> {
     let _timer = super::QueryTimer::start("console_jobs_switch");
     let row: Option<JobRow> = sqlx::query_as(concat!(
         "UPDATE console_jobs
-         SET state = $3, runner_until = NULL, updated_at = clock_timestamp()
+         SET state = $3, runner_until = NULL, switched_by = $4, last_error = NULL,
+             updated_at = clock_timestamp()
          WHERE id = $1 AND state = $2
          RETURNING ",
         job_columns!()
@@ -158,9 +161,34 @@ pub async fn switch(
     .bind(id.as_str())
     .bind(from.as_str())
     .bind(to.as_str())
+    .bind(who)
     .fetch_optional(db)
     .await?;
     Ok(row.map(BulkJob::from))
+}
+
+/// Stops a job `runner` holds that cannot go on, saying why (aborted: an
+/// operator may resume it once the cause is gone).
+#[tracing::instrument(level = "debug", name = "store.console_jobs.stop", skip_all)]
+pub async fn stop(
+    db: impl PgExecutor<'_>,
+    id: &JobId,
+    runner: &str,
+    why: &str,
+) -> sqlx::Result<()> {
+    let _timer = super::QueryTimer::start("console_jobs_stop");
+    sqlx::query(
+        "UPDATE console_jobs
+         SET state = 'aborted', runner_until = NULL, last_error = $3,
+             updated_at = clock_timestamp()
+         WHERE id = $1 AND runner = $2 AND state = 'running'",
+    )
+    .bind(id.as_str())
+    .bind(runner)
+    .bind(why)
+    .execute(db)
+    .await?;
+    Ok(())
 }
 
 /// Takes the oldest running job no replica holds, for `lease`.

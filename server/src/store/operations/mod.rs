@@ -33,12 +33,21 @@ pub use transitions::{
 /// each statement names them rather than `*`.
 macro_rules! operation_columns {
     () => {
-        "namespace, operation_key, status, parameters_digest, parameters_canonical, \
-         compensates, compensated_by, fencing_token, lease_owner, lease_expires_at, \
-         lease_takeover, attempts, reconciling, max_attempts, budget_attempts_base, \
-         initial_backoff_us, max_backoff_us, deadline_at, next_attempt_at, result, result_ref, \
-         failure_code, failure_message, remote_ref, last_error_class, last_error_message, \
-         held_at, hold_revoked_lease, created_at, updated_at, completed_at"
+        operation_columns!("parameters_canonical", "result")
+    };
+    // With other expressions for the two columns that can be large (up to
+    // 64 KiB and 1 MiB): lists that never show them leave them unread.
+    ($parameters_canonical:literal, $result:literal) => {
+        concat!(
+            "namespace, operation_key, status, parameters_digest, ",
+            $parameters_canonical,
+            ", compensates, compensated_by, fencing_token, lease_owner, lease_expires_at, \
+             lease_takeover, attempts, reconciling, max_attempts, budget_attempts_base, \
+             initial_backoff_us, max_backoff_us, deadline_at, next_attempt_at, ",
+            $result,
+            ", result_ref, failure_code, failure_message, remote_ref, last_error_class, \
+             last_error_message, held_at, hold_revoked_lease, created_at, updated_at, completed_at"
+        )
     };
 }
 pub(crate) use operation_columns;

@@ -208,9 +208,10 @@ pub async fn list(db: impl PgExecutor<'_>, query: &ListQuery) -> sqlx::Result<Ve
         None => (None, None),
     };
     let narrowing = &query.narrowing;
+    // No list shows parameters: they stay unread.
     let rows: Vec<OperationRow> = sqlx::query_as(concat!(
         "SELECT ",
-        operation_columns!(),
+        operation_columns!("NULL::text AS parameters_canonical", "result"),
         " FROM unnest($2::text[]) AS wanted(w_status)
          CROSS JOIN LATERAL (
              SELECT ",
@@ -260,9 +261,13 @@ pub async fn list_finished(
 ) -> sqlx::Result<Vec<Operation>> {
     let _timer = QueryTimer::start("operations_list_finished");
     let narrowing = &query.narrowing;
+    // The console's list shows neither parameters nor results: they stay unread.
     let rows: Vec<OperationRow> = sqlx::query_as(concat!(
         "SELECT ",
-        operation_columns!(),
+        operation_columns!(
+            "NULL::text AS parameters_canonical",
+            "NULL::bytea AS result"
+        ),
         " FROM operations AS o
          WHERE o.namespace = $1 AND o.status = ANY($2::text[])
            AND o.operation_key > COALESCE($3, '')
