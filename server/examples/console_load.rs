@@ -119,7 +119,8 @@ async fn measure(args: &Args, options: PgConnectOptions) -> Result<(), Box<dyn s
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let deep = page_after(addr, "/console/operations?namespace=load", 20).await?;
+    let (deep, deep_page) = page_after(addr, "/console/operations?namespace=load", 20).await?;
+    let deep_name = format!("unfinished, page {deep_page}");
     let middle = format!(
         "/console/operations/{NAMESPACE}/op-{:08}",
         args.operations / 2
@@ -130,7 +131,7 @@ async fn measure(args: &Args, options: PgConnectOptions) -> Result<(), Box<dyn s
             "unfinished, first page",
             "/console/operations?namespace=load".into(),
         ),
-        ("unfinished, 21st page", deep),
+        (&deep_name, deep),
         (
             "status UNKNOWN",
             "/console/operations?namespace=load&status=unknown".into(),
@@ -181,22 +182,22 @@ async fn measure(args: &Args, options: PgConnectOptions) -> Result<(), Box<dyn s
     Ok(())
 }
 
-/// The path of the page `pages` "Next page" links after `path`.
+/// The path of the page `pages` "Next page" links after `path`, or of the
+/// last page when there are fewer, and its number (the first is 1).
 async fn page_after(
     addr: SocketAddr,
     path: &str,
     pages: usize,
-) -> Result<String, Box<dyn std::error::Error>> {
+) -> Result<(String, usize), Box<dyn std::error::Error>> {
     let mut path = path.to_owned();
-    for _ in 0..pages {
+    for followed in 0..pages {
         let (_, body) = get(addr, &path).await?;
-        let rest = body
-            .split("rel=\"next\" href=\"")
-            .nth(1)
-            .ok_or("no next page")?;
+        let Some(rest) = body.split("rel=\"next\" href=\"").nth(1) else {
+            return Ok((path, followed + 1));
+        };
         path = rest[..rest.find('"').ok_or("unterminated link")?].replace("&amp;", "&");
     }
-    Ok(path)
+    Ok((path, pages + 1))
 }
 
 /// One GET over a new connection, as a browser's first request: the status and the body.
