@@ -361,6 +361,46 @@ async fn waits_end_on_time_and_a_claim_that_does_not_ask_is_not_told_it_waited()
 }
 
 #[tokio::test]
+async fn the_claim_latency_measure_leaves_out_the_time_a_claim_waited() {
+    let _turn = one_at_a_time().await;
+    let app = spawn_app().await;
+    let key = "payout:measured";
+    let mut client = held(&app, key).await;
+    let grpc_claim = [
+        ("grpc_service", "opreg.v1.OperationRegistry"),
+        ("grpc_method", "Claim"),
+        ("grpc_type", "unary"),
+    ];
+    let figures = || async {
+        let scraped = scrape(app.metrics_addr).await;
+        let mut slow = grpc_claim.to_vec();
+        slow.push(("le", "0.5"));
+        (
+            scraped.value("opreg_claim_seconds_count", &[]),
+            scraped.value("opreg_claim_seconds_bucket", &[("le", "0.5")]),
+            scraped.value("grpc_server_handling_seconds_count", &grpc_claim),
+            scraped.value("grpc_server_handling_seconds_bucket", &slow),
+        )
+    };
+    let before = figures().await;
+    let answer = claim(&mut client, waiting_claim(key, "waiter", 1)).await;
+    assert!(std(answer.waited) >= Duration::from_millis(900));
+    let after = figures().await;
+    assert_eq!(after.0 - before.0, 1.0, "one Claim measured");
+    assert_eq!(
+        after.1 - before.1,
+        1.0,
+        "in well under 0.5 s of its own time"
+    );
+    assert_eq!(after.2 - before.2, 1.0);
+    assert_eq!(
+        after.3 - before.3,
+        0.0,
+        "the gRPC histogram has the wait in it"
+    );
+}
+
+#[tokio::test]
 async fn a_wait_longer_than_the_callers_deadline_ends_in_an_answer_before_it() {
     let _turn = one_at_a_time().await;
     let app = spawn_app().await;

@@ -378,6 +378,7 @@ impl RegistryService {
         request: pb::ClaimRequest,
     ) -> Result<pb::ClaimResponse, Status> {
         let caller = self.gate.admit_in(extensions, &request.namespace)?;
+        let started = std::time::Instant::now();
         let namespace = request.namespace.clone();
         let mut waited = None;
         let answer = async {
@@ -392,6 +393,8 @@ impl RegistryService {
             Ok(held.answer)
         }
         .await;
+        let held = waited.unwrap_or_default();
+        metrics::claim_answered_in(started.elapsed().saturating_sub(held).as_secs_f64());
         let mut response = claim_answered(&namespace, answer)?;
         response.waited = waited.map(responses::duration);
         Ok(response)
