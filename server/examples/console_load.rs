@@ -56,7 +56,7 @@ INSERT INTO operations (
     deadline_at, next_attempt_at, result, failure_code, created_at, updated_at, completed_at,
     unknown_since)
 SELECT $1, 'op-' || lpad(n::text, 8, '0'), s.status, sha256(n::text::bytea),
-       '{\"amount\":' || n || '}', nextval('fencing_tokens'),
+       '{\"amount\":' || n || '}', next_fencing_token(),
        CASE WHEN s.status = 'in_progress' THEN 'worker-' || n % 16 END,
        CASE WHEN s.status = 'in_progress'
             THEN now() + CASE WHEN n % 2 = 0 THEN interval '1 hour' ELSE interval '-1 minute' END END,

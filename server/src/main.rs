@@ -7,7 +7,10 @@ use clap::Parser;
 #[cfg(feature = "embedded-postgres")]
 use opreg_embedded::{EmbeddedOptions, EmbeddedPostgres};
 use opreg_server::app::Application;
-use opreg_server::config::{Command, Config};
+use opreg_server::config::{Command, Config, RestoreArgs};
+use opreg_server::domain::admin::Actor;
+use opreg_server::domain::text::{LABEL_MAX_BYTES, MESSAGE_MAX_BYTES, check_required_text};
+use opreg_server::registry::{self, RestoreReport};
 use opreg_server::{shutdown, store, telemetry};
 use sqlx::postgres::PgConnectOptions;
 
@@ -49,8 +52,10 @@ fn run(config: &mut Config, runtime: &tokio::runtime::Runtime) -> ExitCode {
         tracing::error!("invalid configuration: {problem}");
         return ExitCode::from(2);
     }
-    if config.command == Some(Command::Migrate) {
-        return migrate(config, runtime);
+    match &config.command {
+        Some(Command::Migrate) => return migrate(config, runtime),
+        Some(Command::Restore(args)) => return restore(config, args, runtime),
+        Some(Command::Serve) | None => {}
     }
     // Started on the main thread, which lives as long as the process:
     // PostgreSQL is signalled to stop when the thread that started it exits,
@@ -92,6 +97,50 @@ fn migrate(config: &Config, runtime: &tokio::runtime::Runtime) -> ExitCode {
         }
         Err(error) => {
             tracing::error!("migration failed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `opreg-server restore`: after a restore from a backup, before traffic.
+fn restore(config: &Config, args: &RestoreArgs, runtime: &tokio::runtime::Runtime) -> ExitCode {
+    let Some(url) = &config.database.database_url else {
+        tracing::error!("restore needs OPREG_DATABASE_URL");
+        return ExitCode::from(2);
+    };
+    let (operator, reason) = (args.operator.trim(), args.reason.trim());
+    // The bounds and characters an OperationAdmin request's operator and reason have.
+    if let Err(violation) = check_required_text("operator", operator, LABEL_MAX_BYTES)
+        .and_then(|()| check_required_text("reason", reason, MESSAGE_MAX_BYTES))
+    {
+        tracing::error!("restore: --{} {}", violation.field, violation.description);
+        return ExitCode::from(2);
+    }
+    let actor = Actor {
+        operator: operator.to_owned(),
+        reason: reason.to_owned(),
+        principal: operator.to_owned(),
+    };
+    let restored: Result<RestoreReport, BoxError> = runtime.block_on(async {
+        use sqlx::Connection;
+        let options = store::session_options(parse_url(url)?);
+        let mut connection = sqlx::PgConnection::connect_with(&options).await?;
+        let report = registry::restore_after_backup(&mut connection, &actor).await?;
+        connection.close().await?;
+        Ok(report)
+    });
+    match restored {
+        Ok(report) => {
+            tracing::info!(
+                made_unknown = report.total(),
+                tokens_above = report.floor.floor,
+                "restore: unfinished operations made unknown"
+            );
+            print!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            tracing::error!("restore failed, no operation changed: {error}");
             ExitCode::FAILURE
         }
     }

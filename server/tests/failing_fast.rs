@@ -168,7 +168,7 @@ async fn a_deadline_that_passes_inside_the_server_is_deadline_exceeded() {
         "INSERT INTO operations (namespace, operation_key, status, parameters_digest,
              fencing_token, lease_owner, lease_expires_at, attempts, max_attempts,
              initial_backoff_us, max_backoff_us, deadline_at, created_at, updated_at)
-         VALUES ('ns', 'slow', 'in_progress', '\\x00', nextval('fencing_tokens'), 'other',
+         VALUES ('ns', 'slow', 'in_progress', '\\x00', next_fencing_token(), 'other',
                  now() + interval '1 minute', 1, 5, 1000000, 300000000,
                  now() + interval '1 day', now(), now())",
     )

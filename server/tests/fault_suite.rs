@@ -47,6 +47,8 @@ enum Fault {
     BlackholeClients(usize, Duration),
     /// SIGSTOP of a client process for this long, then SIGCONT.
     StopHolder(usize, Duration),
+    /// The replica replaced by one of this build (which migrates on start).
+    Upgrade(usize),
 }
 
 struct Scenario {
@@ -58,6 +60,9 @@ struct Scenario {
     through_pgbouncer: bool,
     /// Callers in processes of their own, which `StopHolder` stops.
     holder_processes: usize,
+    /// The replicas start as this build of the previous release (on its
+    /// schema), until `Upgrade` replaces them.
+    previous_release: Option<std::path::PathBuf>,
 }
 
 impl Scenario {
@@ -69,6 +74,7 @@ impl Scenario {
             planted_bug: false,
             through_pgbouncer: false,
             holder_processes: 0,
+            previous_release: None,
         }
     }
 }
@@ -133,7 +139,12 @@ async fn environment(cluster: &Arc<Cluster>, database: &str, scenario: &Scenario
         let log = log_dir.join(format!("replica-{index}.log"));
         // The first replica migrates; the others find nothing to do.
         replicas.push(tokio::task::block_in_place(|| {
-            Replica::start(address, &url, &settings, log)
+            match &scenario.previous_release {
+                Some(binary) => {
+                    Replica::start_binary(binary.clone(), address, &url, &settings, log)
+                }
+                None => Replica::start(address, &url, &settings, log),
+            }
         }));
         client_proxies.push(Proxy::start(Target::Tcp(address)).await);
     }
@@ -186,6 +197,9 @@ impl Environment {
                 tokio::time::sleep(length).await;
                 self.holders[index].resume();
             }
+            Fault::Upgrade(index) => {
+                tokio::task::block_in_place(|| self.replicas[index].upgrade());
+            }
         }
     }
 
@@ -223,6 +237,13 @@ async fn run(cluster: &Arc<Cluster>, index: usize, scenario: &Scenario) -> Outco
             HolderProcess::spawn(endpoint, HOLDER_IDS + index, SCENARIO, &recorder, &log_dir)
         })
         .collect();
+    if scenario.previous_release.is_some() {
+        // The old replicas run on the old schema until the first new one migrates.
+        assert!(
+            schema_version(cluster, &database).await < latest_migration(),
+            "the previous release's replicas run on this release's schema: nothing to upgrade"
+        );
+    }
     let mut injected = Vec::new();
     for &(offset, fault) in &scenario.faults {
         let wait = offset.saturating_sub(recorder.now());
@@ -231,6 +252,9 @@ async fn run(cluster: &Arc<Cluster>, index: usize, scenario: &Scenario) -> Outco
         environment.inject(fault).await;
     }
     running.await.unwrap();
+    if scenario.previous_release.is_some() {
+        assert_eq!(schema_version(cluster, &database).await, latest_migration());
+    }
     let holders = std::mem::take(&mut environment.holders);
     let holder_ids: Vec<usize> = holders.iter().map(|holder| holder.id).collect();
     for holder in holders {
@@ -283,6 +307,26 @@ async fn run(cluster: &Arc<Cluster>, index: usize, scenario: &Scenario) -> Outco
         acknowledged: checker::acknowledged(&events),
         violations,
     }
+}
+
+/// The newest migration applied to `database`.
+async fn schema_version(cluster: &Cluster, database: &str) -> i64 {
+    let mut db = PgConnection::connect_with(&cluster.direct(database))
+        .await
+        .unwrap();
+    sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
+        .fetch_one(&mut db)
+        .await
+        .unwrap()
+}
+
+/// The newest migration of this build.
+fn latest_migration() -> i64 {
+    opreg_server::store::MIGRATOR
+        .iter()
+        .map(|migration| migration.version)
+        .max()
+        .unwrap()
 }
 
 /// Calls of these clients refused because their lease was superseded.
@@ -385,6 +429,33 @@ async fn the_guarantees_hold_under_faults_and_a_planted_bug_is_caught() {
             "OPREG_REQUIRE_PGBOUNCER is set but pgbouncer is missing"
         );
         eprintln!("skipped the PgBouncer scenario: install pgbouncer to run it");
+    }
+    // The previous release's server (deploy/upgrade/build-previous.sh), upgraded
+    // replica by replica while the workload runs: the first new replica
+    // migrates while two old ones serve on the new schema, and every call of
+    // either version is checked alike.
+    match std::env::var_os("OPREG_PREVIOUS_SERVER_BIN") {
+        Some(binary) => scenarios.push(Scenario {
+            previous_release: Some(binary.into()),
+            ..Scenario::new(
+                "a rolling upgrade from the previous release: old and new replicas on one database during the migration",
+                vec![
+                    (secs(2), Fault::Upgrade(0)),
+                    (secs(5), Fault::Upgrade(1)),
+                    (secs(8), Fault::Upgrade(2)),
+                ],
+            )
+        }),
+        None => {
+            assert!(
+                std::env::var_os("OPREG_REQUIRE_PREVIOUS_RELEASE").is_none(),
+                "OPREG_REQUIRE_PREVIOUS_RELEASE is set but OPREG_PREVIOUS_SERVER_BIN is not"
+            );
+            eprintln!(
+                "skipped the rolling upgrade: set OPREG_PREVIOUS_SERVER_BIN to the binary \
+                 deploy/upgrade/build-previous.sh prints"
+            );
+        }
     }
     // OPREG_FAULT_SCENARIO=text runs only the scenarios whose name holds it
     // (the planted bug's included), for working on one.

@@ -137,3 +137,60 @@ async fn executions_written_before_the_current_execution_moved_onto_its_row_are_
         ]
     );
 }
+
+/// Every token is drawn above the floor (20261208000001): no function of the
+/// schema and no statement of the server draws with a bare `nextval`, which
+/// a restored database would answer with tokens already handed out. A later
+/// migration that copies an SQL door function from before the floor fails
+/// here.
+#[tokio::test]
+async fn every_token_is_drawn_above_the_floor() {
+    let options = fresh_database().await;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    store::MIGRATOR.run(&pool).await.unwrap();
+    let drawing: Vec<String> = sqlx::query_scalar(
+        "SELECT p.oid::regprocedure::text FROM pg_proc AS p
+         WHERE p.prosrc LIKE '%nextval(''fencing_tokens'')%' ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(drawing, ["draw_fencing_token()", "next_fencing_token()"]);
+    let door: Vec<String> = sqlx::query_scalar(
+        "SELECT p.oid::regprocedure::text FROM pg_proc AS p
+         WHERE p.prosrc LIKE '%next_fencing_token()%'
+           AND p.pronamespace = 'opreg_sql'::regnamespace ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(
+        door.iter().any(|name| name.starts_with("opreg_sql.claim(")),
+        "{door:?}"
+    );
+
+    let mut sources = vec![std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src"
+    ))];
+    while let Some(path) = sources.pop() {
+        if path.is_dir() {
+            sources.extend(
+                std::fs::read_dir(&path)
+                    .unwrap()
+                    .map(|entry| entry.unwrap().path()),
+            );
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                !text.contains("nextval('fencing_tokens')"),
+                "{} draws a token with a bare nextval",
+                path.display()
+            );
+        }
+    }
+}

@@ -188,12 +188,11 @@ impl EmbeddedPostgres {
     }
 }
 
-fn initdb(
-    bin_dir: &Path,
-    data_dir: &Path,
-    run_as: &RunAs,
-    ephemeral: bool,
-) -> Result<(), EmbeddedError> {
+/// `initdb` of a cluster as this crate makes them (the superuser, trust over
+/// the socket, UTF-8, the C locale), for a caller to add its own options to:
+/// a test that needs the WAL elsewhere initialises the cluster itself, and
+/// [`EmbeddedPostgres::start`] then only starts it.
+pub fn initdb_command(bin_dir: &Path, data_dir: &Path) -> Command {
     let mut command = Command::new(bin_dir.join("initdb"));
     command.arg("--pgdata").arg(data_dir).args([
         "--username",
@@ -205,6 +204,16 @@ fn initdb(
         "--locale",
         "C",
     ]);
+    command
+}
+
+fn initdb(
+    bin_dir: &Path,
+    data_dir: &Path,
+    run_as: &RunAs,
+    ephemeral: bool,
+) -> Result<(), EmbeddedError> {
+    let mut command = initdb_command(bin_dir, data_dir);
     if ephemeral {
         command.arg("--no-sync");
     }

@@ -60,6 +60,21 @@ pub enum Command {
     Serve,
     /// Run the database migrations against OPREG_DATABASE_URL and exit.
     Migrate,
+    /// After the database was restored from a backup, before traffic: make
+    /// every unfinished operation UNKNOWN (its next Claim reconciles), write
+    /// an audit row for each, and report the restore point and the tokens.
+    Restore(RestoreArgs),
+}
+
+/// Who runs `opreg-server restore`, and why, for the audit rows.
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+pub struct RestoreArgs {
+    /// The operator, as the audit rows name them.
+    #[arg(long)]
+    pub operator: String,
+    /// Why, e.g. the incident or the backup restored.
+    #[arg(long)]
+    pub reason: String,
 }
 
 /// A setting that cannot stand, by the group it belongs to.

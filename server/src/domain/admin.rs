@@ -20,6 +20,9 @@ pub enum AdminAction {
     /// FAILED or DEAD operation again; recorded here so the trail shows every
     /// change to a finished operation.
     Reuse,
+    /// Not an operator's call either: `opreg-server restore` made an
+    /// unfinished operation UNKNOWN after the database was restored.
+    Restore,
 }
 
 impl AdminAction {
@@ -30,6 +33,7 @@ impl AdminAction {
             AdminAction::Hold => "hold",
             AdminAction::Release => "release",
             AdminAction::Reuse => "reuse",
+            AdminAction::Restore => "restore",
         }
     }
 }
@@ -44,6 +48,7 @@ impl TryFrom<String> for AdminAction {
             AdminAction::Hold,
             AdminAction::Release,
             AdminAction::Reuse,
+            AdminAction::Restore,
         ]
         .into_iter()
         .find(|action| action.as_str() == value)

@@ -202,6 +202,7 @@ fn admin_action(action: AdminAction) -> pb::AdminAction {
         AdminAction::Hold => pb::AdminAction::Hold,
         AdminAction::Release => pb::AdminAction::Release,
         AdminAction::Reuse => pb::AdminAction::Reuse,
+        AdminAction::Restore => pb::AdminAction::Restore,
     }
 }
 

@@ -30,6 +30,11 @@ pub async fn refresh_forever(options: PgConnectOptions, pool: PgPool, interval: 
     let mut reported = Reported::default();
     loop {
         metrics::pool(pool.size(), pool.num_idle());
+        metrics::runtime(
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks(),
+        );
         let started = tokio::time::Instant::now();
         if let Some(open) = connection.get(QUERY_TIMEOUT).await {
             // Each read on its own: neither keeps the other's gauges from moving.

@@ -12,6 +12,7 @@ mod maintenance;
 mod planted;
 mod read;
 mod replays;
+mod restore;
 mod wait;
 mod waiters;
 
@@ -41,6 +42,7 @@ pub use maintenance::{MaintenancePass, MaintenanceSettings};
 pub(crate) use read::lookup_on;
 pub use read::{LookupAnswer, QueuePage};
 pub use replays::ReplaySettings;
+pub use restore::{RestoreError, RestoreReport, restore_after_backup};
 pub use wait::Waited;
 pub use waiters::WaitSettings;
 use waiters::Waiters;

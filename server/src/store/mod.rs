@@ -5,6 +5,7 @@ pub mod audit;
 pub mod console_jobs;
 pub mod console_sessions;
 pub mod executions;
+pub mod fencing_tokens;
 pub mod leadership;
 pub mod operations;
 pub mod replay_notices;
@@ -21,8 +22,15 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 pub use errors::is_violation_of;
 pub use session::{Pooler, Session, Sessions};
 
-/// The migrations in `migrations/`, embedded at build time.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+/// The migrations in `migrations/`, embedded at build time. A database a
+/// later release has migrated further is served as it is (`ignore_missing`):
+/// migrations only expand what earlier releases use (CONTRIBUTING, "Changing
+/// the schema"), so during a rolling upgrade a replica of this release can
+/// start, or restart, after the next release's migrations ran.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate::Migrator {
+    ignore_missing: true,
+    ..sqlx::migrate!("../migrations")
+};
 
 /// How the registry's connection pool is sized.
 #[derive(Clone, Debug)]

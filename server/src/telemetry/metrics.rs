@@ -50,6 +50,7 @@ pub const GRPC_STARTED: &str = "grpc_server_started_total";
 pub const GRPC_HANDLED: &str = "grpc_server_handled_total";
 pub const GRPC_HANDLING_SECONDS: &str = "grpc_server_handling_seconds";
 pub const POOL_CONNECTIONS: &str = "opreg_db_pool_connections";
+pub const RUNTIME_ALIVE_TASKS: &str = "opreg_runtime_alive_tasks";
 pub const POOL_WAITING: &str = "opreg_db_pool_waiting";
 pub const QUERY_DURATION: &str = "opreg_db_query_duration_seconds";
 pub const CLAIM_BATCH_SIZE: &str = "opreg_claim_batch_size";
@@ -384,6 +385,11 @@ fn describe() {
         "Time a Claim took to be answered, without the time it was held waiting for its operation to move (wait)."
     );
     describe_gauge!(
+        RUNTIME_ALIVE_TASKS,
+        Unit::Count,
+        "Tasks alive in the server's Tokio runtime: one per connection, call and background loop; growth without load is a leak."
+    );
+    describe_gauge!(
         POOL_CONNECTIONS,
         Unit::Count,
         "Database connections in the pool, by state (size, idle)."
@@ -591,6 +597,10 @@ pub fn grpc_handled(
         histogram!(GRPC_HANDLING_SECONDS, "grpc_service" => service, "grpc_method" => method, "grpc_type" => kind)
     })
     .record(seconds);
+}
+
+pub fn runtime(alive_tasks: usize) {
+    gauge!(RUNTIME_ALIVE_TASKS).set(alive_tasks as f64);
 }
 
 pub fn pool(size: u32, idle: usize) {

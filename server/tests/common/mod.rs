@@ -211,6 +211,15 @@ impl TestApp {
         sqlx::query_scalar(sql).fetch_one(&self.db).await.unwrap()
     }
 
+    /// Tokens drawn since the first draw lifted the sequence to the clock
+    /// (`fencing_token_floor`), the first one included.
+    pub async fn tokens_drawn(&self) -> i64 {
+        self.count(
+            "SELECT t.last_value - f.last_value FROM fencing_tokens AS t, fencing_token_floor AS f",
+        )
+        .await
+    }
+
     /// Rows in every table, to prove a refused request wrote nothing.
     pub async fn row_counts(&self) -> (i64, i64, i64) {
         sqlx::query_as(
@@ -241,7 +250,7 @@ impl TestApp {
             "INSERT INTO operations (namespace, operation_key, status, parameters_digest, parameters_canonical,
                  fencing_token, lease_owner, lease_expires_at, attempts, max_attempts, initial_backoff_us,
                  max_backoff_us, deadline_at, created_at, updated_at)
-             VALUES ($1, $2, 'in_progress', $3, $4, nextval('fencing_tokens'), $5,
+             VALUES ($1, $2, 'in_progress', $3, $4, next_fencing_token(), $5,
                  clock_timestamp() + interval '30 seconds', 1, 5, 1000000, 300000000,
                  clock_timestamp() + interval '1 day', clock_timestamp(), clock_timestamp())",
         )

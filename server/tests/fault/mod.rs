@@ -83,6 +83,8 @@ impl Cluster {
 /// One opreg-server process; SIGKILLed and started again on request.
 pub struct Replica {
     pub address: SocketAddr,
+    /// The server binary: this build's, or the previous release's.
+    binary: PathBuf,
     database_url: String,
     settings: Vec<(String, String)>,
     log: PathBuf,
@@ -96,7 +98,25 @@ impl Replica {
         settings: &[(&str, &str)],
         log: PathBuf,
     ) -> Self {
+        Self::start_binary(
+            PathBuf::from(env!("CARGO_BIN_EXE_opreg-server")),
+            address,
+            database_url,
+            settings,
+            log,
+        )
+    }
+
+    /// A replica of another build of the server (the previous release).
+    pub fn start_binary(
+        binary: PathBuf,
+        address: SocketAddr,
+        database_url: &str,
+        settings: &[(&str, &str)],
+        log: PathBuf,
+    ) -> Self {
         let mut replica = Self {
+            binary,
             address,
             database_url: database_url.to_owned(),
             settings: settings
@@ -116,7 +136,7 @@ impl Replica {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_opreg-server"))
+        let child = Command::new(&self.binary)
             .env_clear()
             .env("OPREG_DATABASE_URL", &self.database_url)
             .env("OPREG_LISTEN_ADDR", self.address.to_string())
@@ -149,6 +169,19 @@ impl Replica {
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
+    }
+
+    /// Stops this replica and starts this build's server in its place, on
+    /// the same address and settings: one step of a rolling upgrade.
+    pub fn upgrade(&mut self) {
+        self.kill();
+        self.binary = PathBuf::from(env!("CARGO_BIN_EXE_opreg-server"));
+        self.spawn();
+    }
+
+    /// The running server's process id; `None` between a kill and a restart.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 }
 

@@ -44,6 +44,12 @@ pub struct Workload {
     pub operator: bool,
     /// Callers that go through the Rust client's run-once helper.
     pub helpers: usize,
+    /// Each caller and run-once helper starts an iteration (a Claim and what
+    /// follows it; a run) at most once per this long, a start it misses
+    /// skipped rather than made up, so a fault never turns into a burst.
+    /// `None`: as fast as the answers come (the fault suite's load). The soak
+    /// (`soak.rs`) runs at a set rate with it.
+    pub pace: Option<Duration>,
 }
 
 impl Workload {
@@ -56,8 +62,20 @@ impl Workload {
             work: Duration::ZERO,
             operator: false,
             helpers: 0,
+            pace: None,
         }
     }
+}
+
+/// The ticks of a paced loop, if `pace` is set: the first at a random point of
+/// the first period, so that paced callers do not all call at once.
+fn pacing(pace: Option<Duration>) -> Option<tokio::time::Interval> {
+    pace.map(|pace| {
+        let offset = pace.mul_f64(rand::rng().random::<f64>());
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + offset, pace);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        ticks
+    })
 }
 
 fn channel(address: SocketAddr) -> Channel {
@@ -127,6 +145,7 @@ struct Caller {
     keys: Vec<String>,
     pause_chance: f64,
     work: Duration,
+    pace: Option<Duration>,
 }
 
 impl Caller {
@@ -377,7 +396,14 @@ impl Caller {
     /// Callers: new keys, duplicates, conflicts, and the holding that follows.
     async fn call_until(&mut self, until: tokio::time::Instant) {
         let mut next = 0;
+        let mut ticks = pacing(self.pace);
         while tokio::time::Instant::now() < until {
+            if let Some(ticks) = ticks.as_mut() {
+                ticks.tick().await;
+                if tokio::time::Instant::now() >= until {
+                    break;
+                }
+            }
             let roll = rand::rng().random_range(0..100);
             let granted = if roll < 60 || self.keys.is_empty() {
                 let key = format!("c{}-{next}", self.id);
@@ -428,6 +454,7 @@ struct Helper {
     id: usize,
     client: opreg_client::Client,
     recorder: Recorder,
+    pace: Option<Duration>,
 }
 
 /// What the helper's work leaves for the history.
@@ -445,7 +472,14 @@ struct Attempts {
 impl Helper {
     async fn run_until(self, until: tokio::time::Instant) {
         let mut next = 0;
+        let mut ticks = pacing(self.pace);
         while tokio::time::Instant::now() < until {
+            if let Some(ticks) = ticks.as_mut() {
+                ticks.tick().await;
+                if tokio::time::Instant::now() >= until {
+                    break;
+                }
+            }
             // Mostly new keys, sometimes one done before (a replay).
             let key = if next > 0 && rand::rng().random_bool(0.2) {
                 format!("h{}-{}", self.id, rand::rng().random_range(0..next))
@@ -733,6 +767,7 @@ impl Workload {
                 keys: Vec::new(),
                 pause_chance: self.pause_chance,
                 work: self.work,
+                pace: self.pace,
             };
             let worker = index >= self.clients;
             tasks.push(tokio::spawn(async move {
@@ -752,6 +787,7 @@ impl Workload {
                 ))
                 .unwrap(),
                 recorder: recorder.clone(),
+                pace: self.pace,
             };
             tasks.push(tokio::spawn(async move { helper.run_until(until).await }));
         }
@@ -785,6 +821,7 @@ impl Workload {
             keys: Vec::new(),
             pause_chance: 0.0,
             work: Duration::ZERO,
+            pace: None,
         };
         let until = tokio::time::Instant::now() + within;
         let mut idle_since = None;

@@ -6,7 +6,10 @@ use sqlx::PgExecutor;
 use sqlx::postgres::PgArguments;
 use sqlx::query::QueryAs;
 
-use super::{Operation, OperationRow, audit_changed, end_running_execution, operation_columns};
+use super::{
+    Operation, OperationRow, audit_changed, end_running_execution, operation_columns,
+    supersede_lease,
+};
 use crate::domain::admin::{Actor, AdminAction, AuditEntry, Resolution};
 use crate::domain::operation::Status;
 use crate::domain::policy::{RetryPolicy, micros_ceil};
@@ -98,7 +101,7 @@ pub async fn hold(
     let sql = admin_statement!(concat!(
         "held_at = clock_timestamp(),
          hold_revoked_lease = $11,
-         fencing_token = CASE WHEN $11 THEN nextval('fencing_tokens') ELSE o.fencing_token END,
+         fencing_token = CASE WHEN $11 THEN next_fencing_token() ELSE o.fencing_token END,
          lease_expires_at = CASE WHEN $11 THEN clock_timestamp() ELSE o.lease_expires_at END, ",
         end_running_execution!("revoked", "$11")
     ));
@@ -161,14 +164,9 @@ pub async fn resolve(
          result = $12,
          result_ref = $13,
          failure_code = $14,
-         failure_message = $15,
-         fencing_token = CASE WHEN o.status = 'in_progress' THEN nextval('fencing_tokens')
-                              ELSE o.fencing_token END,
-         lease_owner = NULL,
-         lease_expires_at = NULL,
-         lease_takeover = false,
-         reconciling = false,
-         next_attempt_at = NULL,
+         failure_message = $15, ",
+        supersede_lease!(),
+        ",
          held_at = NULL,
          hold_revoked_lease = false,
          unknown_since = NULL,

@@ -6,6 +6,7 @@
 mod admin;
 mod outcomes;
 mod queue;
+mod restore;
 mod retention;
 mod reuse;
 mod transitions;
@@ -22,6 +23,7 @@ pub use queue::{
     DueCandidate, due, due_preview, exhaustion_candidates, list, list_finished, live_retry_leases,
     plan_with_values, serialize_retry_cap,
 };
+pub use restore::{MadeUnknownRow, make_unfinished_unknown};
 pub use retention::{namespaces_with_finished, oldest_finished_age, purge_finished};
 pub use reuse::reuse;
 pub use transitions::{
@@ -73,6 +75,22 @@ macro_rules! end_running_execution {
 }
 pub(crate) use end_running_execution;
 
+/// The SET items of an `UPDATE operations AS o` that end its lease and any
+/// schedule: a lease (live or expired) is superseded by a new token, so its
+/// holder's Complete, Renew and FencedWrite are refused from now on.
+macro_rules! supersede_lease {
+    () => {
+        "fencing_token = CASE WHEN o.status = 'in_progress' THEN next_fencing_token()
+                              ELSE o.fencing_token END,
+         lease_owner = NULL,
+         lease_expires_at = NULL,
+         lease_takeover = false,
+         reconciling = false,
+         next_attempt_at = NULL"
+    };
+}
+pub(crate) use supersede_lease;
+
 /// The columns a statement that starts a new execution reads from the
 /// locked row `o` as `replaced`: the execution it replaces, a new token
 /// (drawn only for a row that moves) and the clock.
@@ -85,7 +103,7 @@ macro_rules! replaced_execution {
          o.execution_finished_at AS r_finished_at, o.execution_outcome AS r_outcome,
          o.execution_outcome_digest AS r_digest, o.execution_error_class AS r_class,
          o.execution_message AS r_message,
-         nextval('fencing_tokens') AS r_new_token, clock_timestamp() AS r_now"
+         next_fencing_token() AS r_new_token, clock_timestamp() AS r_now"
     };
 }
 pub(crate) use replaced_execution;

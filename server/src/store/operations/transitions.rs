@@ -157,7 +157,7 @@ pub async fn register(
          -- this to the conflict. The first lease's token is also its first
          -- execution's.
          fresh AS MATERIALIZED (
-             SELECT wanted.*, nextval('fencing_tokens') AS w_token
+             SELECT wanted.*, next_fencing_token() AS w_token
              FROM wanted
              WHERE NOT EXISTS (
                  SELECT 1 FROM existing

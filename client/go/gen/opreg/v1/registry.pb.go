@@ -365,6 +365,10 @@ const (
 	// Not an operator: a Claim with REUSE_POLICY_AFTER_FAILURE started a FAILED
 	// or DEAD operation again. The operator is the claim's owner.
 	AdminAction_ADMIN_ACTION_REUSE AdminAction = 5
+	// Not an operator's call: `opreg-server restore` made the operation UNKNOWN
+	// after the database was restored from a backup (what it did after the
+	// restore point is not known). The operator is the one named to the command.
+	AdminAction_ADMIN_ACTION_RESTORE AdminAction = 6
 )
 
 // Enum value maps for AdminAction.
@@ -376,6 +380,7 @@ var (
 		3: "ADMIN_ACTION_HOLD",
 		4: "ADMIN_ACTION_RELEASE",
 		5: "ADMIN_ACTION_REUSE",
+		6: "ADMIN_ACTION_RESTORE",
 	}
 	AdminAction_value = map[string]int32{
 		"ADMIN_ACTION_UNSPECIFIED": 0,
@@ -384,6 +389,7 @@ var (
 		"ADMIN_ACTION_HOLD":        3,
 		"ADMIN_ACTION_RELEASE":     4,
 		"ADMIN_ACTION_REUSE":       5,
+		"ADMIN_ACTION_RESTORE":     6,
 	}
 )
 
@@ -3019,14 +3025,15 @@ const file_opreg_v1_registry_proto_rawDesc = "" +
 	"\x1bEXECUTION_OUTCOME_RETRYABLE\x10\x04\x12\x1d\n" +
 	"\x19EXECUTION_OUTCOME_UNKNOWN\x10\x05\x12 \n" +
 	"\x1cEXECUTION_OUTCOME_SUPERSEDED\x10\x06\x12\x1d\n" +
-	"\x19EXECUTION_OUTCOME_REVOKED\x10\a*\xa8\x01\n" +
+	"\x19EXECUTION_OUTCOME_REVOKED\x10\a*\xc2\x01\n" +
 	"\vAdminAction\x12\x1c\n" +
 	"\x18ADMIN_ACTION_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ADMIN_ACTION_RESOLVE\x10\x01\x12\x18\n" +
 	"\x14ADMIN_ACTION_REQUEUE\x10\x02\x12\x15\n" +
 	"\x11ADMIN_ACTION_HOLD\x10\x03\x12\x18\n" +
 	"\x14ADMIN_ACTION_RELEASE\x10\x04\x12\x16\n" +
-	"\x12ADMIN_ACTION_REUSE\x10\x052\xfd\x04\n" +
+	"\x12ADMIN_ACTION_REUSE\x10\x05\x12\x18\n" +
+	"\x14ADMIN_ACTION_RESTORE\x10\x062\xfd\x04\n" +
 	"\x11OperationRegistry\x128\n" +
 	"\x05Claim\x12\x16.opreg.v1.ClaimRequest\x1a\x17.opreg.v1.ClaimResponse\x12A\n" +
 	"\bComplete\x12\x19.opreg.v1.CompleteRequest\x1a\x1a.opreg.v1.CompleteResponse\x12;\n" +

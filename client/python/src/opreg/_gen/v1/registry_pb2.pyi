@@ -69,6 +69,7 @@ class AdminAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ADMIN_ACTION_HOLD: _ClassVar[AdminAction]
     ADMIN_ACTION_RELEASE: _ClassVar[AdminAction]
     ADMIN_ACTION_REUSE: _ClassVar[AdminAction]
+    ADMIN_ACTION_RESTORE: _ClassVar[AdminAction]
 REUSE_POLICY_UNSPECIFIED: ReusePolicy
 REUSE_POLICY_REPLAY: ReusePolicy
 REUSE_POLICY_AFTER_FAILURE: ReusePolicy
@@ -108,6 +109,7 @@ ADMIN_ACTION_REQUEUE: AdminAction
 ADMIN_ACTION_HOLD: AdminAction
 ADMIN_ACTION_RELEASE: AdminAction
 ADMIN_ACTION_REUSE: AdminAction
+ADMIN_ACTION_RESTORE: AdminAction
 
 class BatchClaimRequest(_message.Message):
     __slots__ = ("claims",)

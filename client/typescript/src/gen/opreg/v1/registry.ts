@@ -380,6 +380,12 @@ export enum AdminAction {
    * or DEAD operation again. The operator is the claim's owner.
    */
   ADMIN_ACTION_REUSE = 5,
+  /**
+   * ADMIN_ACTION_RESTORE - Not an operator's call: `opreg-server restore` made the operation UNKNOWN
+   * after the database was restored from a backup (what it did after the
+   * restore point is not known). The operator is the one named to the command.
+   */
+  ADMIN_ACTION_RESTORE = 6,
   UNRECOGNIZED = -1,
 }
 
@@ -403,6 +409,9 @@ export function adminActionFromJSON(object: any): AdminAction {
     case 5:
     case "ADMIN_ACTION_REUSE":
       return AdminAction.ADMIN_ACTION_REUSE;
+    case 6:
+    case "ADMIN_ACTION_RESTORE":
+      return AdminAction.ADMIN_ACTION_RESTORE;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -424,6 +433,8 @@ export function adminActionToJSON(object: AdminAction): string {
       return "ADMIN_ACTION_RELEASE";
     case AdminAction.ADMIN_ACTION_REUSE:
       return "ADMIN_ACTION_REUSE";
+    case AdminAction.ADMIN_ACTION_RESTORE:
+      return "ADMIN_ACTION_RESTORE";
     case AdminAction.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
