@@ -14,6 +14,14 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 commit=${1:-$(sed -n 1p "$repo/deploy/upgrade/PREVIOUS_RELEASE")}
+# A shallow clone lacks the commit: fetch the history from where it came.
+if ! git -C "$repo" cat-file -e "$commit^{commit}" 2>/dev/null; then
+  git -C "$repo" fetch --quiet --unshallow 2>/dev/null || git -C "$repo" fetch --quiet origin "$commit" || true
+fi
+if ! git -C "$repo" cat-file -e "$commit^{commit}" 2>/dev/null; then
+  echo "build-previous.sh: commit $commit is not in this clone, and could not be fetched" >&2
+  exit 1
+fi
 src="$repo/target/previous-release/src"
 rm -rf "$src"
 mkdir -p "$src"
