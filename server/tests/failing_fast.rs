@@ -8,7 +8,6 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use opreg_client::proto as pb;
 use opreg_embedded::{EmbeddedOptions, EmbeddedPostgres};
 use opreg_server::config::Config;
 use opreg_server::store;
@@ -17,29 +16,6 @@ use sqlx::Connection;
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_types::StatusExt;
-
-fn lookup(key: &str) -> pb::LookupRequest {
-    pb::LookupRequest {
-        namespace: "ns".into(),
-        operation_key: key.into(),
-        ..Default::default()
-    }
-}
-
-async fn serving(app: &TestApp) -> Option<ServingStatus> {
-    app.health("opreg.v1.OperationRegistry").await
-}
-
-async fn until_health(app: &TestApp, expected: ServingStatus, within: Duration) -> Duration {
-    let started = Instant::now();
-    while started.elapsed() < within {
-        if serving(app).await == Some(expected) {
-            return started.elapsed();
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("health never became {expected:?}");
-}
 
 /// A PostgreSQL of this test's own, so stopping it disturbs no other test.
 fn own_cluster(name: &str) -> EmbeddedOptions {
@@ -69,11 +45,12 @@ async fn a_stopped_database_is_unavailable_within_seconds_and_recovers() {
     let app = serve(&config, pool, db_options).await;
     let mut client = app.client.clone();
     claim(&mut client, claim_request("ns", "k", "w", json!({}))).await;
-    until_health(&app, ServingStatus::Serving, Duration::from_secs(5)).await;
+    app.until_health(ServingStatus::Serving, Duration::from_secs(5))
+        .await;
 
     tokio::task::block_in_place(|| drop(cluster));
     for attempt in 0..3 {
-        let mut request = tonic::Request::new(lookup("k"));
+        let mut request = tonic::Request::new(lookup_request("ns", "k"));
         request.set_timeout(Duration::from_secs(60));
         let started = Instant::now();
         let refused = client.lookup(request).await.unwrap_err();
@@ -91,12 +68,19 @@ async fn a_stopped_database_is_unavailable_within_seconds_and_recovers() {
         );
         assert!(!refused.message().to_lowercase().contains("postgres"));
     }
-    let noticed = until_health(&app, ServingStatus::NotServing, Duration::from_secs(5)).await;
+    let noticed = app
+        .until_health(ServingStatus::NotServing, Duration::from_secs(5))
+        .await;
     assert!(noticed < Duration::from_secs(3), "health took {noticed:?}");
 
     let restarted = tokio::task::block_in_place(|| EmbeddedPostgres::start(&options)).unwrap();
-    until_health(&app, ServingStatus::Serving, Duration::from_secs(10)).await;
-    let found = client.lookup(lookup("k")).await.unwrap().into_inner();
+    app.until_health(ServingStatus::Serving, Duration::from_secs(10))
+        .await;
+    let found = client
+        .lookup(lookup_request("ns", "k"))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(found.operation.unwrap().operation_key, "k");
     drop(restarted);
     let _ = std::fs::remove_dir_all(&options.root);

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use common::{TestApp, claim_request, complete_request, serve, success};
+use common::{claim_request, complete_request, lookup_request, serve, success};
 use fault::checker::{self, Final};
 use fault::history::{Answer, Call, Event, Recorder, Report};
 use fault::workload::Workload;
@@ -122,7 +122,8 @@ async fn a_full_wal_disk_is_refused_fast_loses_nothing_and_recovers_by_itself() 
     store::MIGRATOR.run(&pool).await.unwrap();
     let app = serve(&config, pool, db_options.clone()).await;
     let address: SocketAddr = app.endpoint.trim_start_matches("http://").parse().unwrap();
-    until_health(&app, ServingStatus::Serving, Duration::from_secs(10)).await;
+    app.until_health(ServingStatus::Serving, Duration::from_secs(10))
+        .await;
     let mut client = app.new_client().await;
     // A lease taken before the fault, long enough to outlive it. Its holder
     // reports during the fault (refused) and after it (taken).
@@ -200,7 +201,7 @@ async fn a_full_wal_disk_is_refused_fast_loses_nothing_and_recovers_by_itself() 
         let started = Instant::now();
         let answer = client.complete(request).await;
         slowest = slowest.max(assert_refused("Complete", answer, started.elapsed()));
-        let mut request = tonic::Request::new(lookup("held"));
+        let mut request = tonic::Request::new(lookup_request(PROBES, "held"));
         request.set_timeout(PATIENCE);
         let started = Instant::now();
         let answer = client.lookup(request).await;
@@ -247,7 +248,7 @@ async fn a_full_wal_disk_is_refused_fast_loses_nothing_and_recovers_by_itself() 
         .await
         .expect("the lease held across the fault takes its report");
     let found = client
-        .lookup(lookup("held"))
+        .lookup(lookup_request(PROBES, "held"))
         .await
         .unwrap()
         .into_inner()
@@ -350,25 +351,6 @@ async fn a_full_wal_disk_is_refused_fast_loses_nothing_and_recovers_by_itself() 
 
     drop(app);
     tokio::task::block_in_place(|| drop(rig));
-}
-
-fn lookup(key: &str) -> pb::LookupRequest {
-    pb::LookupRequest {
-        namespace: PROBES.into(),
-        operation_key: key.into(),
-        ..Default::default()
-    }
-}
-
-async fn until_health(app: &TestApp, expected: ServingStatus, within: Duration) {
-    let started = Instant::now();
-    while app.health(REGISTRY).await != Some(expected) {
-        assert!(
-            started.elapsed() < within,
-            "health never became {expected:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// A call made while the disk was full, refused as promised: UNAVAILABLE,

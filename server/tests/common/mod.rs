@@ -180,6 +180,24 @@ impl TestApp {
         Some(answer.into_inner().status())
     }
 
+    /// Polls the registry service's health until it is `expected`, for at
+    /// most `within`; how long that took.
+    pub async fn until_health(
+        &self,
+        expected: tonic_health::pb::health_check_response::ServingStatus,
+        within: Duration,
+    ) -> Duration {
+        let started = std::time::Instant::now();
+        while self.health("opreg.v1.OperationRegistry").await != Some(expected) {
+            assert!(
+                started.elapsed() < within,
+                "health never became {expected:?} within {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        started.elapsed()
+    }
+
     /// Locks `key`'s operation row from a connection of its own, as a slow
     /// transaction elsewhere would, until the lock is released.
     pub async fn lock_row(&self, key: &str) -> RowLock {
@@ -377,6 +395,14 @@ pub fn outcome(response: &pb::ClaimResponse) -> ClaimOutcome {
 
 pub fn token(response: &pb::ClaimResponse) -> u64 {
     response.lease.as_ref().expect("a lease").fencing_token
+}
+
+pub fn lookup_request(namespace: &str, key: &str) -> pb::LookupRequest {
+    pb::LookupRequest {
+        namespace: namespace.into(),
+        operation_key: key.into(),
+        ..Default::default()
+    }
 }
 
 pub fn complete_request(

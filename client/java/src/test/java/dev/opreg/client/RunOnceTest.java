@@ -17,6 +17,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 import opreg.v1.Registry.ClaimRequest;
 import opreg.v1.Registry.CompleteRequest;
 import opreg.v1.Registry.LookupRequest;
@@ -106,11 +107,11 @@ class RunOnceTest extends AgainstServer {
 
   @Test
   void aFencedWriteAfterATakeoverLosesTheLease() {
-    AtomicInteger token = new AtomicInteger();
+    AtomicLong token = new AtomicLong();
     LeaseLostException lost = assertThrows(LeaseLostException.class, () -> client.runOnce(
         RunOptions.builder(ns, "k").parameters(PARAMS).leaseTtl(Duration.ofSeconds(1)).renewInterval(Duration.ofSeconds(30)).build(),
         lease -> {
-          token.set((int) lease.fencingToken());
+          token.set(lease.fencingToken());
           Thread.sleep(1200); // the lease lapses (renewals are far apart) ...
           client.claim(ClaimRequest.newBuilder().setNamespace(ns).setOperationKey("k").setOwner("taker")
               .setParameters(Parameters.toStruct(PARAMS)).build()); // ... and another owner takes it over
