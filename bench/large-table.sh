@@ -12,28 +12,10 @@ concurrency=${CONCURRENCY:-32}
 seconds=${SECONDS_PER_PATH:-10}
 port=${PORT:-50571}
 server_bin=${SERVER_BIN:-target/release/opreg-server}
-work=$(mktemp -d /tmp/opreg-large-table.XXXXXX)
-chmod 755 "$work"
-server=
-cleanup() {
-  [[ -n "$server" ]] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-pg_bin=$(dirname "$(ls /usr/lib/postgresql/*/bin/psql 2>/dev/null | sort -V | tail -1)")
+source bench/embedded-server.sh
 cargo build --release -q -p opreg-server -p opreg-bench
 bench=target/release/opreg-bench
-OPREG_DATA_DIR="$work/data" OPREG_LISTEN_ADDR="127.0.0.1:$port" \
-  OPREG_METRICS_ADDR="127.0.0.1:$((port + 1))" RUST_LOG=warn \
-  "$server_bin" >"$work/server.log" 2>&1 &
-server=$!
-for _ in $(seq 1 120); do
-  curl -sf "http://127.0.0.1:$((port + 1))/readyz" >/dev/null && break
-  sleep 0.5
-done
-curl -sf "http://127.0.0.1:$((port + 1))/readyz" >/dev/null || { cat "$work/server.log"; exit 1; }
-psql() { "$pg_bin/psql" -h "$work/data/run" -U opreg -d opreg -qAt -v ON_ERROR_STOP=1 "$@"; }
+start_server "$port"
 
 measure() { # label: one line per path
   for path in new-keys replay lifecycle; do

@@ -13,25 +13,10 @@ seconds=${SECONDS_PER_PATH:-10}
 scenario=${SCENARIO:-in-progress}
 port=${PORT:-50591}
 server_bin=${SERVER_BIN:-target/release/opreg-server}
-work=$(mktemp -d /tmp/opreg-many-streams.XXXXXX)
-chmod 755 "$work"
-server=
-cleanup() {
-  [[ -n "$server" ]] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source bench/embedded-server.sh
 
 cargo build --release -q -p opreg-server -p opreg-bench
-OPREG_DATA_DIR="$work/data" OPREG_LISTEN_ADDR="127.0.0.1:$port" \
-  OPREG_METRICS_ADDR="127.0.0.1:$((port + 1))" OPREG_MAX_CONCURRENT_CALLS=$((streams * 2)) \
-  RUST_LOG=warn "$server_bin" >"$work/server.log" 2>&1 &
-server=$!
-for _ in $(seq 1 120); do
-  curl -sf "http://127.0.0.1:$((port + 1))/readyz" >/dev/null && break
-  sleep 0.5
-done
-curl -sf "http://127.0.0.1:$((port + 1))/readyz" >/dev/null || { cat "$work/server.log"; exit 1; }
+start_server "$port" OPREG_MAX_CONCURRENT_CALLS=$((streams * 2))
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$server/status"; }
 idle=$(rss_kib)
 target/release/opreg-bench --endpoint "http://127.0.0.1:$port" --scenario "$scenario" \

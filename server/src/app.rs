@@ -45,8 +45,8 @@ pub struct Application {
     registry: Registry,
     maintenance: MaintenanceSettings,
     pool: PgPool,
-    /// For the connections that must keep one server connection: the
-    /// maintenance lock's, the gauges' and the replay notices'.
+    /// For the connections kept open beside the pool: the maintenance
+    /// lease's, the gauges' and the replay notices'.
     session_options: PgConnectOptions,
     gauge_refresh_interval: Duration,
     health_probe_interval: Duration,
@@ -179,10 +179,13 @@ impl Application {
             let options = self.session_options.clone();
             async move { registry.follow_changes(options).await }
         }));
+        let pool = self.pool.clone();
+        let holder = maintenance::holder_id();
         let maintainer = AbortOnDrop(tokio::spawn(maintenance::run_forever(
             self.session_options,
             self.registry,
             self.maintenance,
+            holder.clone(),
         )));
 
         let mut console_tasks = Vec::new();
@@ -236,9 +239,10 @@ impl Application {
             .add_service(self.admin.into_server())
             .serve_with_incoming_shutdown(incoming, draining)
             .await?;
-        // Stopping the maintenance closes its connection, which hands the
-        // maintenance lock to another replica.
+        // Another replica takes the maintenance over at once, not when the
+        // lease expires.
         drop(maintainer);
+        maintenance::step_down(&pool, &holder).await;
         drop(console_tasks);
         metrics_server.await??;
         Ok(())

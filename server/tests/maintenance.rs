@@ -349,12 +349,8 @@ async fn of_two_replicas_one_maintains_and_the_other_takes_over_when_it_stops() 
     // The in-process server maintains too; it steps aside for the two replicas.
     app.begin_shutdown();
     eventually(
-        "the in-process server releases the maintenance lock",
-        || async {
-            app.count("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
-                .await
-                == 0
-        },
+        "the in-process server hands the maintenance lease on",
+        || async { app.count("SELECT count(*) FROM leader_leases").await == 0 },
     )
     .await;
     let mut replicas = vec![
@@ -398,7 +394,8 @@ async fn of_two_replicas_one_maintains_and_the_other_takes_over_when_it_stops() 
     assert_eq!(purged[leader], 30.0);
     assert_eq!(purged[1 - leader], 0.0, "the other replica purged nothing");
 
-    // The leader stops; its lock goes with its connection and the other one takes over.
+    // The leader is killed: it never hands its lease on, and the other one
+    // takes over once the lease expires.
     let mut stopped = replicas.remove(leader);
     stopped.child.kill().await.unwrap();
     let mut client = opreg_client::connect(replicas[0].endpoint.clone())

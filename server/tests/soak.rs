@@ -58,7 +58,7 @@ const DRAIN: Duration = Duration::from_secs(30);
 /// Each replica's pool (`OPREG_POOL_MAX_CONNECTIONS`), as in the fault suite.
 const POOL_MAX: usize = 8;
 /// Connections a replica opens outside its pool: the health probe's, the
-/// gauges' and the maintenance lock's (`store::Dedicated`), and the replay
+/// gauges' and the maintenance connection's (`store::Dedicated`), and the replay
 /// notices' listener (`store/replay_notices.rs`).
 /// Four today (`maintenance.rs`, `monitor/health.rs`, `monitor/gauges.rs`,
 /// `store/replay_notices.rs`); raise it if the server opens more.

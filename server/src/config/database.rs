@@ -28,13 +28,13 @@ pub struct Database {
     /// What stands between opreg and PostgreSQL: `none` (PostgreSQL itself, or
     /// a pooler in session mode) or `transaction` (PgBouncer's transaction
     /// pooling: each call then runs in one transaction, and migrations and
-    /// the maintenance lock need OPREG_SESSION_DATABASE_URL).
+    /// the maintenance connection need OPREG_SESSION_DATABASE_URL).
     #[arg(long, env = "OPREG_DATABASE_POOLER", default_value = "none")]
     pub database_pooler: Pooler,
 
     /// A URL with session semantics (PostgreSQL itself, or a pooler's session
     /// pool) for what must keep one server connection: migrations, the
-    /// maintenance lock and the gauges. Absent: the main URL.
+    /// maintenance connection and the gauges. Absent: the main URL.
     #[arg(long, env = "OPREG_SESSION_DATABASE_URL", hide_env_values = true)]
     pub session_database_url: Option<String>,
 
@@ -111,8 +111,8 @@ pub enum DatabaseError {
     )]
     NoDatabase,
     #[error(
-        "OPREG_DATABASE_POOLER=transaction needs OPREG_SESSION_DATABASE_URL: migrations and the \
-         maintenance lock cannot run through transaction pooling"
+        "OPREG_DATABASE_POOLER=transaction needs OPREG_SESSION_DATABASE_URL: migrations cannot \
+         run through transaction pooling"
     )]
     PoolerWithoutSessionUrl,
     #[error("OPREG_SESSION_DATABASE_URL goes with OPREG_DATABASE_URL")]
@@ -220,7 +220,7 @@ impl Database {
         }
     }
 
-    /// Where migrations, the maintenance lock and the gauges connect, when not
+    /// Where migrations, the maintenance connection and the gauges connect, when not
     /// the main URL. The URL may hold a password: it is parsed, never shown.
     pub fn session_database(&self) -> Result<Option<PgConnectOptions>, DatabaseError> {
         self.session_database_url

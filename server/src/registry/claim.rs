@@ -15,7 +15,6 @@ use crate::domain::error::{RegistryError, Result};
 use crate::domain::ids::OperationKey;
 use crate::domain::operation::{ExecutionKind, Operation, Status};
 use crate::domain::parameters::differing_fields;
-use crate::store::is_violation_of;
 use crate::store::operations::{self, Observed, Registered};
 use crate::telemetry::metrics;
 
@@ -37,9 +36,6 @@ const REGISTRATION_WAIT_TOLERANCE: chrono::TimeDelta = chrono::TimeDelta::millis
 /// way: clients trust a lease from the moment they sent the call, and the
 /// statement began after that.
 const REGISTRATION_WAIT_SHARE: i32 = 100;
-
-/// The unique index allowing one compensation per original.
-const ONE_COMPENSATION_INDEX: &str = "operations_one_compensation";
 
 /// What a Claim tells its caller.
 #[derive(Clone, Debug)]
@@ -396,38 +392,31 @@ async fn register_compensation(
     check_compensable(original.as_ref())?;
 
     let mut tx = db.begin().await?;
+    // A second compensation racing this one waits on the original's row and
+    // then finds it linked: its new row is rolled back.
     let registered = operations::register(&mut *tx, &[claim])
-        .await
-        .map(|mut found| found.pop().flatten());
+        .await?
+        .pop()
+        .flatten();
     match registered {
-        Ok(Some(operations::Registration::Inserted(registered))) if registered.linked_original => {
+        Some(operations::Registration::Inserted(registered)) if registered.linked_original => {
             let operation = fresh_first_lease(&mut tx, registered, claim).await?;
             tx.commit().await?;
             metrics::compensation(&claim.namespace);
             Ok(Registration::Registered(first_answer(claim, operation)))
         }
-        Ok(Some(operations::Registration::Inserted(_))) => {
+        Some(operations::Registration::Inserted(_)) => {
             tx.rollback().await?;
             Err(already_compensated(db, claim, original_key).await)
         }
-        Ok(Some(operations::Registration::Existing(existing))) => {
+        Some(operations::Registration::Existing(existing)) => {
             tx.rollback().await?;
             Ok(Registration::Exists(existing))
         }
-        Ok(None) => {
+        None => {
             tx.rollback().await?;
             Ok(Registration::Exists(find_registered(db, claim).await?))
         }
-        Err(error) if is_violation_of(&error, ONE_COMPENSATION_INDEX) => {
-            tx.rollback().await?;
-            // A racing claim of this very key may have won: then this is an
-            // ordinary claim of an existing operation.
-            match operations::find(&mut *db, &claim.namespace, &claim.operation_key).await? {
-                Some(existing) => Ok(Registration::Exists(existing)),
-                None => Err(already_compensated(db, claim, original_key).await),
-            }
-        }
-        Err(error) => Err(error.into()),
     }
 }
 

@@ -53,9 +53,3 @@ impl From<sqlx::Error> for RegistryError {
         }
     }
 }
-
-/// True when `error` violates the unique index or constraint `name`.
-pub fn is_violation_of(error: &sqlx::Error, name: &str) -> bool {
-    matches!(error, sqlx::Error::Database(db)
-        if db.is_unique_violation() && db.constraint() == Some(name))
-}

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
-pub use errors::is_violation_of;
 pub use session::{Pooler, Session, Sessions};
 
 /// The migrations in `migrations/`, embedded at build time. A database a
@@ -134,25 +133,31 @@ pub async fn connect(
 }
 
 /// The options of a connection that must keep its server connection (the
-/// migrations' and the maintenance lock's): nothing in the startup packet a
+/// migrations' and the maintenance connection's): nothing in the startup packet a
 /// pooler's session pool would refuse.
 pub fn session_options(options: PgConnectOptions) -> PgConnectOptions {
     options.application_name("opreg").extra_float_digits(None)
 }
 
 /// Applies the migrations over `session` (they take a session-level advisory
-/// lock, so not through a transaction pooler), or over the pool.
+/// lock, so not through a transaction pooler), or over a connection taken out
+/// of the pool. Either way without the registry's statement timeout: a
+/// migration may build an index over a large table. The lock timeout stays, so
+/// a migration that cannot lock a busy table gives up instead of queueing the
+/// traffic behind it.
 pub async fn migrate(pool: &PgPool, session: Option<&PgConnectOptions>) -> Result<(), BoxError> {
     use sqlx::Connection;
-    match session {
-        None => MIGRATOR.run(pool).await?,
+    let mut connection = match session {
+        None => pool.acquire().await?.detach(),
         Some(options) => {
-            let mut connection =
-                sqlx::PgConnection::connect_with(&session_options(options.clone())).await?;
-            MIGRATOR.run(&mut connection).await?;
-            connection.close().await?;
+            sqlx::PgConnection::connect_with(&session_options(options.clone())).await?
         }
-    }
+    };
+    sqlx::query("SET statement_timeout = 0")
+        .execute(&mut connection)
+        .await?;
+    MIGRATOR.run(&mut connection).await?;
+    connection.close().await?;
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 //! Debian's PgBouncer in front of the fault cluster: a transaction pool for
 //! the registry's calls and a session pool for what must keep one server
-//! connection (migrations, the maintenance lock, the gauges).
+//! connection (migrations, the maintenance connection, the gauges).
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -74,7 +74,9 @@ pub async fn record_outcomes(
          -- every call from then on. A version committed after this statement
          -- began (a Renew between its snapshot and the lock) is not visible to
          -- it, so such a report is left unrecorded here and decided on a
-         -- session of its own.
+         -- session of its own. The key beside the tuple id routes the update
+         -- to the operation's shard on a distributed engine (tuple ids are
+         -- per shard); here it is a filter on the row the tuple id found.
          UPDATE operations AS o SET
              status = w_status,
              result = w_result,
@@ -99,6 +101,7 @@ pub async fn record_outcomes(
              execution_finished_at = recorded_at
          FROM current_lease
          WHERE o.ctid = current_lease.locked_row
+           AND o.namespace = w_namespace AND o.operation_key = w_key
          RETURNING ",
         operation_columns!(),
     ))

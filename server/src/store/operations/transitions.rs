@@ -105,10 +105,11 @@ impl<'a> Wanted<'a> {
 /// racing registration inserted but had not committed when this statement
 /// began (a later statement sees it).
 ///
-/// The primary key is the only conflict target, so a second compensation of
-/// one original raises instead of vanishing. A compensation (at most one per
-/// statement) also links its original, if that original succeeded and is not
-/// compensated yet; `linked_original` tells.
+/// A compensation (at most one per statement) also links its original, if
+/// that original succeeded and is not compensated yet; `linked_original`
+/// tells. That guard on the original's row is what allows one compensation
+/// per original: a racing one waits on the row, finds it linked, and its
+/// caller rolls its new row back.
 #[tracing::instrument(level = "debug", name = "store.operations.register", skip_all)]
 pub async fn register(
     db: impl PgExecutor<'_>,
