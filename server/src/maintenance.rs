@@ -28,7 +28,8 @@ fn lease_for(interval: Duration) -> Duration {
     (interval * 3).max(MINIMUM_LEASE)
 }
 
-/// This process's name as a lease holder: unique among replicas.
+/// This process's name as a holder of a lease row (the maintenance's, a
+/// console job's): unique among replicas.
 pub fn holder_id() -> String {
     format!("replica-{}", hex::encode(rand::random::<[u8; 8]>()))
 }

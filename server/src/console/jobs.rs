@@ -278,7 +278,7 @@ pub async fn switch(
 /// Runs the jobs of every replica's operators, one at a time on this
 /// replica, until aborted.
 pub async fn run_jobs_forever(console: Console) {
-    let runner = format!("replica-{}", hex::encode(rand::random::<[u8; 8]>()));
+    let runner = crate::maintenance::holder_id();
     loop {
         match console.registry.take_job(&runner, RUNNER_LEASE).await {
             Ok(Some(job)) => {
